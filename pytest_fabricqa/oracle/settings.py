@@ -1,0 +1,104 @@
+"""Plain settings for the Oracle checks, filled by the lab model (no pydantic here on purpose).
+
+Proposed lab-file section (the lab model validates it and builds these dataclasses)::
+
+    database:
+      asm:                          # where GV$ASM_* are read (SYSASM)
+        host: el72h1-vip            # or descriptor: "(DESCRIPTION=...)" instead of host/port/service_name
+        port: 1521
+        service_name: +ASM
+        instance_name: +ASM1        # optional: pin one ASM instance
+        wallet_location: /etc/fabricqa/wallet   # optional; password then comes from the wallet
+        config_dir: /etc/fabricqa/tns           # optional tnsnames.ora / sqlnet.ora folder
+        user_env: FABRICQA_ASM_USER             # optional: names of the variables holding credentials
+        password_env: FABRICQA_ASM_PASSWORD
+      db:                           # where CALIBRATE_IO runs (SYSDBA), same keys as asm
+        host: el72h1-vip
+        port: 1521
+        service_name: orcl
+      asmcmd:                       # optional: read health with asmcmd over SSH instead of SQL
+        host: el72h1                # lab host name
+        user: grid
+        oracle_home: /u01/app/19.0.0/grid
+        oracle_sid: +ASM1
+      diskgroups: [NVME]
+      instances: [1, 2]             # INST_IDs every disk group must be mounted on
+      calibrate:
+        num_physical_disks: 2
+        max_latency_ms: 20
+        timeout_s: 3600
+        thresholds: {min_iops: 100000, min_mbps: 3000, max_latency_ms: 2}
+
+Credentials never live in the lab file: only the names of the environment variables that hold them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_USER_ENV = "FABRICQA_ORACLE_USER"
+DEFAULT_PASSWORD_ENV = "FABRICQA_ORACLE_PASSWORD"
+
+
+@dataclass(frozen=True)
+class ConnectSettings:
+    """Where and how to connect: host/port/service_name, or a full connect ``descriptor``."""
+
+    host: str | None = None
+    port: int = 1521
+    service_name: str | None = None
+    instance_name: str | None = None
+    descriptor: str | None = None
+    wallet_location: str | None = None
+    config_dir: str | None = None
+    user_env: str = DEFAULT_USER_ENV
+    password_env: str = DEFAULT_PASSWORD_ENV
+    wallet_password_env: str | None = None
+
+    def describe(self) -> str:
+        """Where this connects, for messages (never any credential)."""
+        if self.descriptor:
+            return "the configured connect descriptor"
+        target = f"{self.host}:{self.port}/{self.service_name}"
+        return f"{target} (instance {self.instance_name})" if self.instance_name else target
+
+
+@dataclass(frozen=True)
+class AsmcmdSettings:
+    """How to run asmcmd on a lab host: as which OS user, with which ORACLE_HOME and ORACLE_SID."""
+
+    host: str
+    oracle_home: str
+    oracle_sid: str = "+ASM"
+    user: str | None = "grid"
+
+
+@dataclass(frozen=True)
+class CalibrateThresholds:
+    """Gates on a CALIBRATE_IO result; None means not gated."""
+
+    min_iops: int | None = None
+    min_mbps: int | None = None
+    max_latency_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class CalibrateSettings:
+    """Inputs of DBMS_RESOURCE_MANAGER.CALIBRATE_IO and the gates on its result."""
+
+    num_physical_disks: int = 1
+    max_latency_ms: int = 20
+    timeout_s: float = 3600.0
+    thresholds: CalibrateThresholds = field(default_factory=CalibrateThresholds)
+
+
+@dataclass(frozen=True)
+class OracleSettings:
+    """Everything the Oracle checks need from the lab's ``database:`` section."""
+
+    diskgroups: tuple[str, ...]
+    asm: ConnectSettings | None = None
+    db: ConnectSettings | None = None
+    asmcmd: AsmcmdSettings | None = None
+    instances: tuple[int, ...] | None = None
+    calibrate: CalibrateSettings | None = None
