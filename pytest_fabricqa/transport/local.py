@@ -28,9 +28,7 @@ class LocalHost:
         """Run ``argv`` here; raise :class:`CommandError` on a non-zero exit when ``check``."""
         args = tuple(str(a) for a in argv)
         try:
-            proc = subprocess.run(
-                args, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
-            )
+            proc = subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
         except FileNotFoundError:
             result = CommandResult(self.name, args, 127, "", f"{args[0]}: command not found")
         except subprocess.TimeoutExpired as exc:

@@ -1,0 +1,382 @@
+"""Lab files: YAML describing hosts, the storage network, targets, safety and thresholds.
+
+A lab file is read once, at load time, into validated pydantic models. Every mistake becomes one
+:class:`LabError` line that names the file, the key, the line where known and what is allowed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, IPvAnyAddress, ValidationError, field_validator, model_validator
+
+PROTOCOLS: tuple[str, ...] = ("nvme-tcp", "nvme-rdma", "iscsi", "iser")
+TARGET_KINDS: tuple[str, ...] = ("nvmet", "lio", "spdk", "scst", "tgt", "external")
+ROLES: tuple[str, ...] = ("target", "initiator", "db")
+
+Protocol = Literal["nvme-tcp", "nvme-rdma", "iscsi", "iser"]
+TargetKind = Literal["nvmet", "lio", "spdk", "scst", "tgt", "external"]
+Role = Literal["target", "initiator", "db"]
+
+# NVMe base spec 1.4, 7.9: "nqn.yyyy-mm.reverse-domain:..." or the UUID form, at most 223 bytes.
+NQN_RE = re.compile(r"^nqn\.\d{4}-\d{2}\.[a-z0-9][a-z0-9.-]*[a-z0-9](:[\x21-\x7e]+)?$")
+# RFC 3720 3.2.6.3.1: "iqn.yyyy-mm.reverse-domain[:unique]"; lower case, no spaces.
+IQN_RE = re.compile(r"^iqn\.\d{4}-\d{2}\.[a-z0-9][a-z0-9.-]*[a-z0-9](:[a-z0-9.:_-]+)?$")
+# Linux nvmet also accepts a short subsystem name (seed 000 used "nvmet1"); nothing a shell or configfs misreads.
+SHORT_NQN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,222}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class LabError(Exception):
+    """A lab file is missing, unreadable or invalid. The message is one line: file, key, line, fix."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SSHSettings(_Model):
+    """How the plugin reaches hosts over SSH. Secrets are named, never stored: a key path or an env variable."""
+
+    user: str = "root"
+    port: int = Field(22, ge=1, le=65535)
+    key: Path | None = None
+    password_env: str | None = None
+    config: Path | None = None
+    known_hosts: Path | None = None
+    verify_host_keys: bool = True
+    connect_timeout: float = Field(15.0, gt=0)
+
+
+class StorageLink(_Model):
+    """A host's port on the storage network."""
+
+    interface: str
+    address: IPvAnyAddress
+
+
+class HostModel(_Model):
+    """One lab host: how to reach it, what it does, and its address on the storage network."""
+
+    address: str | None = None
+    ssh_alias: str | None = None
+    transport: Literal["ssh", "local"] = "ssh"
+    user: str | None = None
+    port: int | None = Field(None, ge=1, le=65535)
+    roles: tuple[Role, ...]
+    storage: StorageLink | None = None
+    host_nqn: str | None = None
+    initiator_iqn: str | None = None
+
+    @model_validator(mode="after")
+    def _reachable(self) -> HostModel:
+        if self.transport == "ssh" and not (self.address or self.ssh_alias):
+            raise ValueError("an SSH host needs 'address' or 'ssh_alias'")
+        if self.host_nqn and not NQN_RE.match(self.host_nqn):
+            raise ValueError(f"host_nqn {self.host_nqn!r} is not an NVMe qualified name (nqn.yyyy-mm.domain:id)")
+        if self.initiator_iqn and not IQN_RE.match(self.initiator_iqn):
+            raise ValueError(f"initiator_iqn {self.initiator_iqn!r} is not an iSCSI name (iqn.yyyy-mm.domain:id)")
+        return self
+
+
+class NetworkModel(_Model):
+    """The storage network: what every storage port should show."""
+
+    link_speed_gbps: float = Field(gt=0)
+    mtu: int = Field(1500, ge=576, le=65536)
+    prefix_len: int = Field(24, ge=1, le=128)
+
+
+class Device(_Model):
+    """A backing device on the target host. ``writable`` admits write workloads; ``destructive_ok`` also
+    overrides the data-safety guard (ASM, filesystem, LVM or partition signatures)."""
+
+    path: str
+    writable: bool = False
+    destructive_ok: bool = False
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"device path {value!r} must be absolute, e.g. /dev/nvme0n1")
+        return value
+
+
+class Subsystem(_Model):
+    """An NVMe subsystem: its NQN and the devices exported as its namespaces (NSID 1, 2, ... in order)."""
+
+    nqn: str
+    namespaces: tuple[str, ...]
+    allow_any_host: bool = True
+    allowed_hosts: tuple[str, ...] = ()
+
+    @field_validator("nqn")
+    @classmethod
+    def _nqn(cls, value: str) -> str:
+        if len(value.encode()) > 223 or not (NQN_RE.match(value) or SHORT_NQN_RE.match(value)):
+            raise ValueError(
+                f"{value!r} is not a valid NQN: use nqn.yyyy-mm.reverse.domain:name (NVMe spec), at most 223 "
+                "bytes, or a short name of letters, digits, '.', '_', ':' and '-'"
+            )
+        return value
+
+
+class NvmeExport(_Model):
+    """How a target exports NVMe-oF: one port (trsvcid) and its subsystems."""
+
+    port: int = Field(4420, ge=1, le=65535)
+    subsystems: tuple[Subsystem, ...]
+    saved_config: Path | None = None
+
+
+class IscsiExport(_Model):
+    """How a target exports iSCSI/iSER: the target IQN, its portal port and LUNs (device names, LUN 0, 1...)."""
+
+    iqn: str
+    port: int = Field(3260, ge=1, le=65535)
+    luns: tuple[str, ...]
+    acls: tuple[str, ...] = ()
+
+    @field_validator("iqn")
+    @classmethod
+    def _iqn(cls, value: str) -> str:
+        if not IQN_RE.match(value):
+            raise ValueError(f"{value!r} is not an iSCSI qualified name (iqn.yyyy-mm.reverse.domain:name)")
+        return value
+
+
+class TargetModel(_Model):
+    """A storage target: its kind, the host it runs on, the protocols it serves and what it exports."""
+
+    kind: TargetKind
+    host: str | None = None
+    address: str | None = None
+    protocols: tuple[Protocol, ...]
+    devices: dict[str, Device] = {}
+    nvme: NvmeExport | None = None
+    iscsi: IscsiExport | None = None
+    name_prefix: str = "fabricqa"
+
+    @model_validator(mode="after")
+    def _exports(self) -> TargetModel:
+        if any(p.startswith("nvme") for p in self.protocols) and self.nvme is None:
+            raise ValueError("serves an NVMe protocol but has no 'nvme' section (port, subsystems)")
+        if any(p in ("iscsi", "iser") for p in self.protocols) and self.iscsi is None:
+            raise ValueError("serves iscsi or iser but has no 'iscsi' section (iqn, port, luns)")
+        if self.kind == "external" and not self.address:
+            raise ValueError("an external target needs 'address' (its portal on the storage network)")
+        if self.kind != "external" and not self.host:
+            raise ValueError(f"a {self.kind} target needs 'host' (the lab host it runs on)")
+        used = [d for s in (self.nvme.subsystems if self.nvme else ()) for d in s.namespaces]
+        used += list(self.iscsi.luns if self.iscsi else ())
+        for name in used:
+            if self.kind != "external" and name not in self.devices:
+                raise ValueError(f"exports device {name!r}, which is not under 'devices'")
+        return self
+
+
+class ThresholdModel(_Model):
+    """Pass/fail limits for one protocol and workload."""
+
+    min_iops: float | None = None
+    min_mbps: float | None = None
+    max_lat_mean_us: float | None = None
+    max_p99_us: float | None = None
+    max_p999_us: float | None = None
+
+
+class VlabDrive(_Model):
+    """An emulated drive in a virtual-lab guest: ``nvme`` (-device nvme, /dev/nvmeXn1) or ``virtio`` (/dev/vdX)."""
+
+    kind: Literal["nvme", "virtio"] = "nvme"
+    size_mb: int = Field(ge=16, le=65536)
+
+
+class VlabGuest(_Model):
+    """How the virtual lab builds the guest behind a host (only in virtual labs)."""
+
+    memory_mb: int = Field(1024, ge=256)
+    cpus: int = Field(1, ge=1, le=8)
+    drives: dict[str, VlabDrive] = {}
+
+
+class LabModel(_Model):
+    """A whole lab file."""
+
+    name: str
+    description: str = ""
+    ssh: SSHSettings = SSHSettings()
+    hosts: dict[str, HostModel]
+    network: NetworkModel
+    targets: tuple[TargetModel, ...]
+    protocols: tuple[Protocol, ...]
+    thresholds: dict[str, dict[str, ThresholdModel]] = {}
+    workloads: dict[str, Any] = {}
+    tolerances: dict[str, float] = {}
+    database: dict[str, Any] | None = None
+    vlab: dict[str, VlabGuest] | None = None
+
+    @field_validator("hosts")
+    @classmethod
+    def _host_names(cls, hosts: dict[str, HostModel]) -> dict[str, HostModel]:
+        if not hosts:
+            raise ValueError("a lab needs at least one host")
+        for name in hosts:
+            if not NAME_RE.match(name):
+                raise ValueError(f"host name {name!r} may hold only letters, digits, '.', '_' and '-'")
+        return hosts
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LabModel:
+        for target in self.targets:
+            if target.host is not None and target.host not in self.hosts:
+                raise ValueError(f"target host {target.host!r} is not under 'hosts' ({', '.join(self.hosts)})")
+        for protocol in self.protocols:
+            if not any(protocol in t.protocols for t in self.targets):
+                raise ValueError(f"protocol {protocol!r} is declared but no target serves it")
+        for key in self.thresholds:
+            if key != "*" and key not in PROTOCOLS:
+                raise ValueError(f"thresholds key {key!r} is not a protocol; use one of {', '.join(PROTOCOLS)} or '*'")
+        if self.vlab is not None:
+            for name in self.vlab:
+                if name not in self.hosts:
+                    raise ValueError(f"vlab guest {name!r} is not under 'hosts'")
+        return self
+
+    # -- queries used by fixtures ----------------------------------------------------------------------
+    def hosts_with(self, role: str) -> list[str]:
+        """Names of the hosts that have ``role``, in file order."""
+        return [name for name, host in self.hosts.items() if role in host.roles]
+
+    def target_for(self, protocol: str) -> TargetModel:
+        """The target that serves ``protocol``."""
+        for target in self.targets:
+            if protocol in target.protocols:
+                return target
+        raise LabError(f"lab {self.name!r}: no target serves {protocol}")
+
+    def target_address(self, target: TargetModel) -> str:
+        """The portal address initiators use: the external address, or the target host's storage address."""
+        if target.address:
+            return target.address
+        assert target.host is not None
+        host = self.hosts[target.host]
+        if host.storage is None:
+            raise LabError(f"lab {self.name!r}: target host {target.host!r} has no 'storage' address")
+        return str(host.storage.address)
+
+
+# -- loading ---------------------------------------------------------------------------------------------
+
+
+def resolve_lab_path(value: str, rootdir: Path, labs_dir: str | None = None) -> Path:
+    """Turn ``--lab`` into a file: a path to a YAML file, or NAME looked up as ``<labs_dir>/NAME.yaml``."""
+    candidate = Path(os.path.expanduser(value))
+    if value.endswith((".yaml", ".yml")) or os.sep in value:
+        if not candidate.is_absolute():
+            candidate = Path.cwd() / candidate
+        if not candidate.is_file():
+            raise LabError(f"--lab={value}: no such lab file {candidate}; give a YAML path or a lab name")
+        return candidate
+    folder = Path(labs_dir) if labs_dir else Path("labs")
+    if not folder.is_absolute():
+        folder = rootdir / folder
+    for suffix in (".yaml", ".yml"):
+        path = folder / f"{value}{suffix}"
+        if path.is_file():
+            return path
+    known = sorted(p.stem for p in folder.glob("*.y*ml")) if folder.is_dir() else []
+    hint = f"known labs: {', '.join(known)}" if known else f"no lab files in {folder}"
+    raise LabError(f"--lab={value}: unknown lab name ({hint}); or give a path to a YAML file")
+
+
+def load_lab(path: Path) -> LabModel:
+    """Read and validate a lab file; raise :class:`LabError` (one line) on any problem."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise LabError(f"{path}: cannot read the lab file ({exc.strerror})") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise LabError(f"{path}{where}: YAML syntax error: {problem}; fix the YAML") from None
+    if data is None:
+        raise LabError(f"{path}: the lab file is empty; see labs/rac3.yaml for the format")
+    if not isinstance(data, Mapping):
+        raise LabError(
+            f"{path}:1: the lab file must be a mapping of keys (name, hosts, network, targets, protocols), "
+            f"not a {type(data).__name__}"
+        )
+    try:
+        return LabModel.model_validate(data)
+    except ValidationError as exc:
+        raise LabError(_one_line(path, exc, _key_lines(node))) from None
+
+
+def _key_lines(node: yaml.Node | None) -> dict[tuple[str, ...], int]:
+    """Map each key path in the YAML document to its 1-based line number."""
+    lines: dict[tuple[str, ...], int] = {}
+
+    def walk(n: yaml.Node, path: tuple[str, ...]) -> None:
+        lines.setdefault(path, n.start_mark.line + 1)
+        if isinstance(n, yaml.MappingNode):
+            for key, value in n.value:
+                sub = (*path, str(key.value))
+                lines[sub] = key.start_mark.line + 1
+                walk(value, sub)
+        elif isinstance(n, yaml.SequenceNode):
+            for index, item in enumerate(n.value):
+                walk(item, (*path, str(index)))
+
+    if node is not None:
+        walk(node, ())
+    return lines
+
+
+def _one_line(path: Path, exc: ValidationError, lines: dict[tuple[str, ...], int]) -> str:
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    loc = tuple(str(p) for p in first["loc"])
+    key = _dotted(loc)
+    line = next((lines[loc[:i]] for i in range(len(loc), -1, -1) if loc[:i] in lines), None)
+    where = f"{path}:{line}" if line else str(path)
+    kind = first["type"]
+    if kind == "missing":
+        text = f"{key}: required key is missing"
+    elif kind == "extra_forbidden":
+        text = f"{key}: unknown key; check the spelling (see labs/rac3.yaml for the format)"
+    elif kind == "literal_error":
+        text = f"{key}: {first['input']!r} is not allowed; allowed: {first.get('ctx', {}).get('expected', '')}"
+    else:
+        msg = first["msg"].removeprefix("Value error, ")
+        text = f"{msg}" if kind == "value_error" else f"{msg} (got {first['input']!r})"
+        text = f"{key}: {text}" if key else text
+    more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+    return f"{where}: {text}{more}"
+
+
+def _dotted(loc: tuple[str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
+    return out
+
+
+def iter_protocol_names(values: list[str]) -> Iterator[str]:
+    """Split repeated and comma-separated ``--protocol`` values into names, keeping order, no repeats."""
+    seen: set[str] = set()
+    for value in values:
+        for name in (v.strip() for v in value.split(",")):
+            if name and name not in seen:
+                seen.add(name)
+                yield name

@@ -1,0 +1,200 @@
+"""pytest-fabricqa's pytest wiring: options, ini keys, markers and short hooks that delegate to plain modules.
+
+Without ``--lab`` the plugin does nothing: its fixtures exist but nothing parametrizes, loads or connects.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_fabricqa.lab import PROTOCOLS, LabError, LabModel, iter_protocol_names, load_lab, resolve_lab_path
+
+if TYPE_CHECKING:
+    from pytest_fabricqa.session import LabSession
+    from pytest_fabricqa.transport.base import Host
+
+LAB_KEY = pytest.StashKey["LabModel | None"]()
+PROTOCOLS_KEY = pytest.StashKey["list[str]"]()
+SESSION_KEY = pytest.StashKey["LabSession"]()
+
+
+def _protocol_option(value: str) -> str:
+    """argparse type for --protocol: every comma-separated name must be a known protocol."""
+    for name in iter_protocol_names([value]):
+        if name not in PROTOCOLS:
+            raise argparse.ArgumentTypeError(f"unknown protocol {name!r}; choose from {', '.join(PROTOCOLS)}")
+    return value
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register --lab, --protocol and the fabricqa ini keys."""
+    group = parser.getgroup("fabricqa", "storage fabric qualification (pytest-fabricqa)")
+    group.addoption(
+        "--lab",
+        metavar="NAME|PATH",
+        help="lab to qualify: NAME (labs/NAME.yaml under the rootdir or fabricqa_labs_dir) or a YAML path. "
+        "Without it the plugin is inert.",
+    )
+    group.addoption(
+        "--protocol",
+        action="append",
+        default=[],
+        type=_protocol_option,
+        metavar="P[,P...]",
+        help=f"protocol(s) to qualify, repeatable or comma-separated: {', '.join(PROTOCOLS)}. "
+        "Default: every protocol the lab declares.",
+    )
+    parser.addini("fabricqa_labs_dir", "folder holding lab files (NAME.yaml); default: labs/ under the rootdir")
+    parser.addini(
+        "fabricqa_state_dir",
+        "folder for the virtual lab's run state (pidfiles, keys, console logs); default: .fabricqa/ under rootdir",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Load and validate the lab once; turn every lab mistake into a one-line usage error."""
+    config.addinivalue_line("markers", "loads_target: the case puts load on the target (never run two at once)")
+    config.addinivalue_line("markers", "roles(*roles): run the case only on lab hosts with one of these roles")
+    config.addinivalue_line("markers", "fabric(*kinds): run the case only for protocols over these fabrics (tcp, rdma)")
+    config.addinivalue_line("markers", "vlab: needs the virtual lab (QEMU guests); slow")
+    value = config.getoption("lab", None)
+    if not value:
+        config.stash[LAB_KEY] = None
+        return
+    try:
+        path = resolve_lab_path(value, config.rootpath, config.getini("fabricqa_labs_dir") or None)
+        lab = load_lab(path)
+        protocols = _selected_protocols(lab, config.getoption("protocol"), path)
+    except LabError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if getattr(config.option, "numprocesses", None) and getattr(config.option, "dist", "no") != "loadgroup":
+        raise pytest.UsageError(
+            "cases that load the same target must never run at the same time: "
+            "with -n, add --dist loadgroup (pytest-fabricqa groups them per target host)"
+        )
+    config.stash[LAB_KEY] = lab
+    config.stash[PROTOCOLS_KEY] = protocols
+
+
+def _selected_protocols(lab: LabModel, values: list[str], path: Path) -> list[str]:
+    names = list(iter_protocol_names(values)) or list(lab.protocols)
+    for name in names:
+        if name not in lab.protocols:
+            raise LabError(
+                f"--protocol={name}: lab {lab.name!r} ({path}) does not declare it; "
+                f"it declares: {', '.join(lab.protocols)}"
+            )
+    return names
+
+
+def _lab(config: pytest.Config) -> LabModel | None:
+    return config.stash.get(LAB_KEY, None)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize ``protocol`` by the selected protocols and ``lab_host`` by the lab's hosts (ids are names)."""
+    lab = _lab(metafunc.config)
+    if lab is None:
+        return
+    if "protocol" in metafunc.fixturenames:
+        protocols = metafunc.config.stash[PROTOCOLS_KEY]
+        fabric_mark = metafunc.definition.get_closest_marker("fabric")
+        if fabric_mark is not None:
+            from pytest_fabricqa.protocols import protocol as protocol_spec
+
+            protocols = [p for p in protocols if protocol_spec(p).fabric in fabric_mark.args]
+        metafunc.parametrize("protocol", protocols, ids=protocols, scope="session")
+    if "lab_host_name" in metafunc.fixturenames:
+        roles_mark = metafunc.definition.get_closest_marker("roles")
+        roles = set(roles_mark.args) if roles_mark else None
+        names = [n for n, h in lab.hosts.items() if roles is None or roles & set(h.roles)]
+        metafunc.parametrize("lab_host_name", names, ids=names, scope="session")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put every case that loads a target into one xdist group per target host (run with --dist loadgroup)."""
+    lab = _lab(config)
+    if lab is None:
+        return
+    from pytest_fabricqa.grouping import load_group
+
+    # A case restricted by @pytest.mark.fabric to protocols not selected in this run is not applicable here.
+    inapplicable = [i for i in items if "protocol" in getattr(i, "fixturenames", ()) and not _protocol_of(i)]
+    if inapplicable:
+        config.hook.pytest_deselected(items=inapplicable)
+        items[:] = [i for i in items if i not in inapplicable]
+    for item in items:
+        if item.get_closest_marker("loads_target") is None:
+            continue
+        item.add_marker(pytest.mark.xdist_group(name=load_group(lab, _protocol_of(item))))
+
+
+def _protocol_of(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    value = callspec.params.get("protocol") if callspec else None
+    return value if isinstance(value, str) else None
+
+
+# -- fixtures ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def lab(pytestconfig: pytest.Config) -> LabModel:
+    """The validated lab model from ``--lab`` (hosts, network, targets, thresholds)."""
+    model = _lab(pytestconfig)
+    if model is None:
+        raise pytest.UsageError("this test needs a lab: run pytest with --lab=NAME (e.g. --lab=vlab)")
+    return model
+
+
+@pytest.fixture(scope="session")
+def lab_session(lab: LabModel, pytestconfig: pytest.Config) -> Iterator[LabSession]:
+    """The session's connections to the lab's hosts (opened on first use, closed at the end)."""
+    from pytest_fabricqa.session import LabSession
+
+    session = LabSession.open(lab, pytestconfig.rootpath, pytestconfig.getini("fabricqa_state_dir") or None)
+    pytestconfig.stash[SESSION_KEY] = session
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+@pytest.fixture(scope="session")
+def lab_hosts(lab_session: LabSession) -> dict[str, Host]:
+    """Every lab host by name, as a transport (``host.run(argv)``)."""
+    return lab_session.hosts
+
+
+@pytest.fixture(scope="session")
+def initiators(lab: LabModel, lab_hosts: dict[str, Host]) -> list[Host]:
+    """The hosts with the initiator role (both RAC nodes in rac3), in lab-file order."""
+    return [lab_hosts[name] for name in lab.hosts_with("initiator")]
+
+
+@pytest.fixture(scope="session")
+def target_host(lab: LabModel, lab_hosts: dict[str, Host], protocol: str) -> Host | None:
+    """The host running the target for the protocol under test (None for an external target)."""
+    target = lab.target_for(protocol)
+    return lab_hosts[target.host] if target.host else None
+
+
+@pytest.fixture(scope="session")
+def lab_host(lab_hosts: dict[str, Host], lab_host_name: str) -> Host:
+    """One lab host per case: the case is parametrized over the lab's hosts (narrow with @pytest.mark.roles)."""
+    return lab_hosts[lab_host_name]
+
+
+@pytest.fixture(scope="session")
+def infra(lab_host: Host) -> Any:
+    """A testinfra host object for ``lab_host``, over the same connection and host-key policy."""
+    from pytest_fabricqa.testinfra_backend import testinfra_host
+
+    return testinfra_host(lab_host)

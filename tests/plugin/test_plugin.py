@@ -1,0 +1,157 @@
+"""The plugin's options, inertness, usage errors, parametrization and xdist grouping (pytester)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCAL_LAB = ROOT / "tests" / "data" / "labs" / "local.yaml"
+
+
+def test_inert_without_lab(pytester: pytest.Pytester) -> None:
+    """Another project's suite, with the plugin installed and its own `lab`/`protocol` names, is unaffected."""
+    pytester.makeconftest(
+        """
+        import pytest
+        @pytest.fixture
+        def protocol():
+            return "theirs"
+        """
+    )
+    pytester.makepyfile(
+        """
+        def test_theirs(protocol):
+            assert protocol == "theirs"
+        def test_plain():
+            assert 1 + 1 == 2
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    lines = [line for line in result.outlines if not line.startswith("plugins:")]
+    assert not [line for line in lines if "fabricqa" in line]
+
+
+def test_plugin_registers_through_entry_point(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(["*--lab=NAME|PATH*", "*--protocol=P*"])
+
+
+def test_collect_only_lists_the_matrix_without_network_or_fabric(pytester: pytest.Pytester) -> None:
+    """`pytest --lab=rac3 --protocol=nvme-rdma --collect-only` touches no host and never imports fabric/paramiko."""
+    code = (
+        "import sys, pytest\n"
+        "ret = pytest.main(['--lab=rac3', '--protocol=nvme-rdma', '--collect-only', '-q', '-p', 'no:cacheprovider'])\n"
+        "bad = [m for m in ('fabric', 'paramiko', 'invoke') if m in sys.modules]\n"
+        "print('HEAVY', bad)\n"
+        "sys.exit(ret)\n"
+    )
+    # unshare -n: a fresh network namespace with no network at all, when this machine allows it.
+    prefix = ["unshare", "-n"] if shutil.which("unshare") and _unshare_works() else []
+    proc = subprocess.run([*prefix, sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "HEAVY []" in proc.stdout
+    assert "test_rdma_link[nvme-rdma-el72h1]" in proc.stdout
+    assert "nvme-tcp" not in proc.stdout
+
+
+def _unshare_works() -> bool:
+    return subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
+
+
+def test_protocol_option_accepts_commas_and_repeats(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_p(protocol):\n    pass\n")
+    result = pytester.runpytest(
+        f"--lab={ROOT / 'labs' / 'vlab.yaml'}", "--protocol=iser,nvme-tcp", "--protocol", "iser", "--co", "-q"
+    )
+    result.stdout.fnmatch_lines(["*test_p[[]iser[]]", "*test_p[[]nvme-tcp[]]", "*2 tests collected*"])
+
+
+def test_default_protocols_are_the_labs(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_p(protocol):\n    pass\n")
+    result = pytester.runpytest(f"--lab={ROOT / 'labs' / 'rac3.yaml'}", "--co", "-q")
+    result.stdout.fnmatch_lines(["*4 tests collected*"])
+
+
+def test_roles_marker_narrows_hosts(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        @pytest.mark.roles("initiator")
+        def test_i(lab_host_name):
+            pass
+        def test_all(lab_host_name):
+            pass
+        """
+    )
+    result = pytester.runpytest(f"--lab={ROOT / 'labs' / 'rac3.yaml'}", "--co", "-q")
+    result.stdout.fnmatch_lines(["*test_i[[]el72h1[]]", "*test_i[[]el72h2[]]", "*5 tests collected*"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--lab=nosuchlab"], "ERROR: --lab=nosuchlab: unknown lab name (known labs: *"),
+        (["--lab=/nonexistent/lab.yaml"], "ERROR: --lab=/nonexistent/lab.yaml: no such lab file *"),
+        (["--lab=rac3", "--protocol=fc"], "*argument --protocol: unknown protocol 'fc'; choose from nvme-tcp*"),
+        (["--lab=LOCAL", "--protocol=iser"], "ERROR: --protocol=iser: lab 'local' (*) does not declare it*"),
+        (["--lab=LOCAL", "-n", "2"], "ERROR: *with -n, add --dist loadgroup*"),
+    ],
+    ids=["unknown-lab", "missing-file", "unknown-protocol", "undeclared-protocol", "xdist-without-loadgroup"],
+)
+def test_usage_errors_are_one_line_exit_4(pytester: pytest.Pytester, args: list[str], message: str) -> None:
+    args = [a.replace("LOCAL", str(LOCAL_LAB)) for a in args]
+    pytester.mkdir("labs")
+    shutil.copy(ROOT / "labs" / "rac3.yaml", pytester.path / "labs" / "rac3.yaml")
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    output = result.stdout.str() + result.stderr.str()
+    result.stderr.fnmatch_lines([message])
+    assert "Traceback" not in output
+
+
+def test_invalid_lab_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    lab = pytester.path / "broken.yaml"
+    lab.write_text(LOCAL_LAB.read_text().replace("kind: nvmet", "kind: netapp"))
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess(f"--lab={lab}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: *broken.yaml:*: targets[[]0[]].kind: 'netapp' is not allowed; allowed: *"])
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_loads_on_one_target_never_overlap_under_xdist(pytester: pytest.Pytester) -> None:
+    """Cases marked loads_target share an xdist group per target host; prerequisite-like cases spread out."""
+    pytester.makepyfile(
+        test_grouping="""
+        import fcntl, os, time, pytest
+
+        def _exclusive(path):
+            fd = os.open(path, os.O_CREAT | os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails if another load holds the target
+            except BlockingIOError:
+                pytest.fail("two loads on one target at once")
+            time.sleep(0.3)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+        @pytest.mark.loads_target
+        @pytest.mark.parametrize("n", range(4))
+        def test_load(protocol, n, tmp_path_factory):
+            _exclusive(str(tmp_path_factory.getbasetemp().parent / "target.lock"))
+
+        @pytest.mark.parametrize("n", range(4))
+        def test_check(n, tmp_path_factory):
+            time.sleep(0.3)
+        """
+    )
+    result = pytester.runpytest_subprocess(f"--lab={LOCAL_LAB}", "-n", "2", "--dist", "loadgroup", "-v")
+    result.assert_outcomes(passed=8)
+    result.stdout.fnmatch_lines(["*test_load[[]nvme-tcp-0[]]@local-target-localhost*"])

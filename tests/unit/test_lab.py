@@ -1,0 +1,146 @@
+"""Lab files: the shipped labs load, and every kind of bad input gives one line naming file, key and fix."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from pytest_fabricqa.lab import LabError, LabModel, load_lab, resolve_lab_path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+GOOD = """\
+name: t
+hosts:
+  stor:
+    address: 10.0.0.1
+    roles: [target]
+    storage: {interface: eth1, address: 10.10.10.19}
+  node1:
+    address: 10.0.0.2
+    roles: [initiator]
+network: {link_speed_gbps: 40}
+protocols: [nvme-tcp]
+targets:
+  - kind: nvmet
+    host: stor
+    protocols: [nvme-tcp]
+    devices: {d0: {path: /dev/nvme0n1}}
+    nvme: {subsystems: [{nqn: nvmet1, namespaces: [d0]}]}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "lab.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_rac3_reproduces_seed_000() -> None:
+    lab = load_lab(ROOT / "labs" / "rac3.yaml")
+    assert lab.hosts_with("initiator") == ["el72h1", "el72h2"]
+    assert [str(lab.hosts[h].storage.address) for h in ("el72h1", "el72h2", "el72h3")] == [  # type: ignore[union-attr]
+        "10.10.10.17",
+        "10.10.10.18",
+        "10.10.10.19",
+    ]
+    nvmet = lab.target_for("nvme-rdma")
+    assert nvmet.kind == "nvmet" and nvmet.host == "el72h3"
+    assert nvmet.nvme is not None and nvmet.nvme.port == 4420
+    assert [s.nqn for s in nvmet.nvme.subsystems] == ["nvmet1", "nvmet2"]
+    assert [d.path for d in nvmet.devices.values()] == ["/dev/nvme0n1", "/dev/nvme1n1"]
+    assert lab.network.link_speed_gbps == 40
+    assert lab.target_address(nvmet) == "10.10.10.19"
+
+
+def test_vlab_has_a_storage_node_and_two_initiators() -> None:
+    lab = load_lab(ROOT / "labs" / "vlab.yaml")
+    assert lab.hosts_with("target") == ["vstor"] and len(lab.hosts_with("initiator")) == 2
+    assert set(lab.protocols) == {"nvme-tcp", "nvme-rdma", "iscsi", "iser"}
+    assert lab.vlab is not None and set(lab.vlab) == set(lab.hosts)
+
+
+def test_good_lab_loads(tmp_path: Path) -> None:
+    assert isinstance(load_lab(write(tmp_path, GOOD)), LabModel)
+
+
+BAD = [
+    ("empty", "", r"lab\.yaml: the lab file is empty"),
+    ("syntax", "name: [unclosed\n", r"lab\.yaml:\d+: YAML syntax error"),
+    ("not-a-mapping", "- a\n- b\n", r"lab\.yaml:1: the lab file must be a mapping .* not a list"),
+    ("missing-key", GOOD.replace("name: t\n", ""), r"lab\.yaml(:1)?: name: required key is missing"),
+    ("unknown-key", GOOD + "colour: blue\n", r"lab\.yaml:\d+: colour: unknown key"),
+    (
+        "wrong-type",
+        GOOD.replace("link_speed_gbps: 40", "link_speed_gbps: fast"),
+        r"lab\.yaml:\d+: network\.link_speed_gbps: .*number.*\(got 'fast'\)",
+    ),
+    (
+        "unknown-protocol",
+        GOOD.replace("protocols: [nvme-tcp]\ntargets", "protocols: [fc]\ntargets"),
+        r"lab\.yaml:\d+: protocols\[0\]: 'fc' is not allowed; allowed: 'nvme-tcp', 'nvme-rdma', 'iscsi' or 'iser'",
+    ),
+    (
+        "unknown-target-kind",
+        GOOD.replace("kind: nvmet", "kind: netapp"),
+        r"lab\.yaml:\d+: targets\[0\]\.kind: 'netapp' is not allowed; allowed: 'nvmet', 'lio', 'spdk'",
+    ),
+    (
+        "unknown-role",
+        GOOD.replace("roles: [target]", "roles: [storage]"),
+        r"lab\.yaml:\d+: hosts\.stor\.roles\[0\]: 'storage' is not allowed; allowed: 'target', 'initiator' or 'db'",
+    ),
+    (
+        "bad-nqn",
+        GOOD.replace("nqn: nvmet1", "nqn: 'x;touch /tmp/pwned'"),
+        r"lab\.yaml:\d+: targets\[0\]\.nvme\.subsystems\[0\]\.nqn: 'x;touch /tmp/pwned' is not a valid NQN",
+    ),
+    (
+        "undeclared-device",
+        GOOD.replace("namespaces: [d0]", "namespaces: [d9]"),
+        r"lab\.yaml:\d+: targets\[0\]: exports device 'd9', which is not under 'devices'",
+    ),
+    (
+        "protocol-without-target",
+        GOOD.replace("protocols: [nvme-tcp]\ntargets", "protocols: [nvme-tcp, iser]\ntargets"),
+        r"lab\.yaml(:1)?: protocol 'iser' is declared but no target serves it",
+    ),
+    (
+        "bad-address",
+        GOOD.replace("address: 10.10.10.19", "address: 10.10.10.300"),
+        r"lab\.yaml:\d+: hosts\.stor\.storage\.address: ",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_lab_gives_one_line(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(LabError) as info:
+        load_lab(write(tmp_path, text))
+    text_out = str(info.value)
+    assert "\n" not in text_out
+    assert text_out.startswith(str(tmp_path / "lab.yaml"))
+    assert re.search(message, text_out), text_out
+
+
+def test_missing_file_names_it(tmp_path: Path) -> None:
+    with pytest.raises(LabError, match=r"cannot read the lab file"):
+        load_lab(tmp_path / "gone.yaml")
+
+
+def test_lab_name_resolves_under_labs_dir(tmp_path: Path) -> None:
+    (tmp_path / "labs").mkdir()
+    (tmp_path / "labs" / "mine.yaml").write_text(GOOD)
+    assert resolve_lab_path("mine", tmp_path) == tmp_path / "labs" / "mine.yaml"
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "x.yml").write_text(GOOD)
+    assert resolve_lab_path("x", tmp_path, "elsewhere") == tmp_path / "elsewhere" / "x.yml"
+
+
+def test_unknown_lab_name_lists_known_labs(tmp_path: Path) -> None:
+    (tmp_path / "labs").mkdir()
+    (tmp_path / "labs" / "rac3.yaml").write_text(GOOD)
+    with pytest.raises(LabError, match=r"--lab=rac4: unknown lab name \(known labs: rac3\)"):
+        resolve_lab_path("rac4", tmp_path)
