@@ -195,6 +195,6 @@ def lab_host(lab_hosts: dict[str, Host], lab_host_name: str) -> Host:
 @pytest.fixture(scope="session")
 def infra(lab_host: Host) -> Any:
     """A testinfra host object for ``lab_host``, over the same connection and host-key policy."""
-    from pytest_fabricqa.testinfra_backend import testinfra_host
+    from pytest_fabricqa.testinfra_backend import infra_host
 
-    return testinfra_host(lab_host)
+    return infra_host(lab_host)

@@ -28,7 +28,7 @@ class LabBackend(testinfra.backend.base.BaseBackend):
         return self.result(res.exit_code, self.encode(cmd), res.stdout, res.stderr)
 
 
-def testinfra_host(lab_host: Host) -> testinfra.host.Host:
+def infra_host(lab_host: Host) -> testinfra.host.Host:
     """A testinfra ``Host`` for a lab host."""
     backend = LabBackend(lab_host)
     host = testinfra.host.Host(backend)

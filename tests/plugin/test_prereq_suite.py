@@ -1,0 +1,55 @@
+"""The prerequisite suite from suites/, run by pytester on a lab whose single host is this machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SUITE = ROOT / "suites" / "test_prerequisites.py"
+LOCAL_LAB = ROOT / "tests" / "data" / "labs" / "local.yaml"
+
+
+def _run(pytester: pytest.Pytester, lab: Path, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess(f"--lab={lab}", str(SUITE), "-p", "no:cacheprovider", "-rA", *args)
+
+
+def test_loopback_lab_passes_its_interface_kernel_and_tool_checks(pytester: pytest.Pytester) -> None:
+    """lo carries 127.0.0.1 with MTU 65536, this kernel is >= 5.0, and fio and nvme-cli are installed."""
+    result = _run(pytester, LOCAL_LAB, "-k", "storage_interface or initiator_kernel or initiator_tools")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "PASSED *test_initiator_tools[[]nvme-tcp-localhost[]]*",
+            "PASSED *test_initiator_kernel[[]nvme-tcp-localhost[]]*",
+            "PASSED *test_storage_interface[[]localhost[]]*",
+        ]
+    )
+
+
+def test_wrong_mtu_and_address_fail_with_the_figures(pytester: pytest.Pytester) -> None:
+    lab = pytester.path / "jumbo.yaml"
+    text = LOCAL_LAB.read_text().replace("mtu: 65536", "mtu: 9000").replace("address: 127.0.0.1", "address: 127.0.0.9")
+    lab.write_text(text)
+    result = _run(pytester, lab, "-k", "storage_interface")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*localhost: lo does not carry 127.0.0.9 (it has 127.0.0.1, ::1)*; localhost: lo MTU is 65536, "
+            "the lab expects 9000*"
+        ]
+    )
+
+
+def test_missing_tool_is_named(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With PATH narrowed so that nvme-cli cannot be found, the tools check names it."""
+    bin_dir = pytester.mkdir("bin")
+    for tool in ("fio", "sh", "which", "command"):
+        real = Path("/usr/bin") / tool
+        if real.exists():
+            (bin_dir / tool).symlink_to(real)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/bin" if not Path("/bin/nvme").exists() else str(bin_dir))
+    result = _run(pytester, LOCAL_LAB, "-k", "initiator_tools")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*localhost: missing nvme (install it for nvme-tcp)*"])
