@@ -82,6 +82,19 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[PROTOCOLS_KEY] = protocols
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Under xdist the controller owns the virtual lab its workers booted: stop it when the run ends."""
+    lab = config.stash.get(LAB_KEY, None)
+    if lab is None or lab.vlab is None or hasattr(config, "workerinput"):
+        return
+    import os
+
+    from pytest_fabricqa.session import state_folder
+    from pytest_fabricqa.vlab_lab import stop_if_owner
+
+    stop_if_owner(lab, state_folder(config.rootpath, config.getini("fabricqa_state_dir") or None), os.getpid())
+
+
 def _selected_protocols(lab: LabModel, values: list[str], path: Path) -> list[str]:
     names = list(iter_protocol_names(values)) or list(lab.protocols)
     for name in names:
@@ -159,7 +172,13 @@ def lab_session(lab: LabModel, pytestconfig: pytest.Config) -> Iterator[LabSessi
     """The session's connections to the lab's hosts (opened on first use, closed at the end)."""
     from pytest_fabricqa.session import LabSession
 
-    session = LabSession.open(lab, pytestconfig.rootpath, pytestconfig.getini("fabricqa_state_dir") or None)
+    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+
+    def log(line: str) -> None:
+        if reporter is not None:
+            reporter.write_line(line)
+
+    session = LabSession.open(lab, pytestconfig.rootpath, pytestconfig.getini("fabricqa_state_dir") or None, log=log)
     pytestconfig.stash[SESSION_KEY] = session
     try:
         yield session

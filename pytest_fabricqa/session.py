@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pytest_fabricqa.lab import LabModel
 from pytest_fabricqa.transport.base import Host
 from pytest_fabricqa.transport.local import LocalHost
+
+if TYPE_CHECKING:
+    from pytest_fabricqa.vlab.machine import VirtualLab
 
 
 @dataclass
@@ -17,20 +23,40 @@ class LabSession:
     lab: LabModel
     hosts: dict[str, Host]
     state_dir: Path
-    closers: list[object] = field(default_factory=list)
+    virtual_lab: VirtualLab | None = None
+    owns_virtual_lab: bool = False
 
     @classmethod
-    def open(cls, lab: LabModel, rootdir: Path, state_dir: str | None = None) -> LabSession:
-        """Build the transports for every host of ``lab`` (nothing is contacted yet)."""
-        folder = Path(state_dir) if state_dir else rootdir / ".fabricqa"
-        if not folder.is_absolute():
-            folder = rootdir / folder
-        return cls(lab, make_hosts(lab), folder)
+    def open(
+        cls, lab: LabModel, rootdir: Path, state_dir: str | None = None, log: Callable[[str], None] = print
+    ) -> LabSession:
+        """Build the transports for every host of ``lab``; for a virtual lab, boot it (or attach) first.
+
+        Real lab hosts are not contacted here: SSH connections open on first use.
+        """
+        folder = state_folder(rootdir, state_dir)
+        if lab.vlab is None:
+            return cls(lab, make_hosts(lab), folder)
+        from pytest_fabricqa.vlab_lab import controller_pid, ensure_running
+
+        owner = controller_pid()
+        virtual, booted = ensure_running(lab, folder, owner, log=log)
+        hosts = make_hosts(lab, key=virtual.ssh_key, known_hosts=virtual.known_hosts)
+        return cls(lab, hosts, folder, virtual, booted and owner == os.getpid())
 
     def close(self) -> None:
-        """Close every connection (idempotent)."""
+        """Close every connection; stop the virtual lab if this process booted it (idempotent)."""
         for host in self.hosts.values():
             host.close()
+        if self.virtual_lab is not None and self.owns_virtual_lab:
+            self.virtual_lab.stop()
+            self.owns_virtual_lab = False
+
+
+def state_folder(rootdir: Path, state_dir: str | None) -> Path:
+    """The folder for run state (virtual-lab pidfiles, keys, console logs): .fabricqa/ under the rootdir."""
+    folder = Path(state_dir) if state_dir else rootdir / ".fabricqa"
+    return folder if folder.is_absolute() else rootdir / folder
 
 
 def make_hosts(lab: LabModel, *, key: Path | None = None, known_hosts: Path | None = None) -> dict[str, Host]:

@@ -1,0 +1,88 @@
+"""The bridge from a lab file to the virtual lab: a VlabSpec from ``labs/vlab.yaml``, booted or attached once.
+
+Under pytest-xdist every worker calls :func:`ensure_running`; a file lock makes the first one boot the lab and
+the others attach to it. The lab is owned by the controlling process (the xdist controller, or pytest itself
+without xdist): a watchdog stops it if that process dies, and :func:`stop_if_owner` stops it at the end.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from pytest_fabricqa.lab import LabModel
+from pytest_fabricqa.vlab.machine import VirtualLab
+from pytest_fabricqa.vlab.procs import read_state
+from pytest_fabricqa.vlab.spec import Drive, Guest, VlabSpec
+
+
+def spec_from_lab(lab: LabModel) -> VlabSpec:
+    """The guests of a virtual lab, from the lab file's ``hosts`` and ``vlab`` sections."""
+    assert lab.vlab is not None
+    guests = []
+    for name, settings in lab.vlab.items():
+        host = lab.hosts[name]
+        if host.storage is None or host.port is None:
+            raise ValueError(f"vlab guest {name!r} needs hosts.{name}.port and hosts.{name}.storage")
+        guests.append(
+            Guest(
+                name=name,
+                ssh_port=host.port,
+                storage_address=f"{host.storage.address}/{lab.network.prefix_len}",
+                storage_mtu=lab.network.mtu,
+                memory_mb=settings.memory_mb,
+                cpus=settings.cpus,
+                drives=tuple(Drive(id=d, size_mb=drv.size_mb, kind=drv.kind) for d, drv in settings.drives.items()),
+            )
+        )
+    return VlabSpec(name=lab.name, guests=tuple(guests))
+
+
+def run_dir_for(state_dir: Path, lab: LabModel) -> Path:
+    """Where a lab's pidfiles, keys, disks and console logs live."""
+    return state_dir / "vlab" / lab.name
+
+
+@contextmanager
+def _lock(run_dir: Path) -> Iterator[None]:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir.parent / f"{run_dir.name}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure_running(
+    lab: LabModel, state_dir: Path, owner_pid: int, log: Callable[[str], None] = print
+) -> tuple[VirtualLab, bool]:
+    """Attach to the lab if it is up with this spec, else boot it owned by ``owner_pid``; (lab, booted here)."""
+    spec = spec_from_lab(lab)
+    run_dir = run_dir_for(state_dir, lab)
+    with _lock(run_dir):
+        running = VirtualLab.attach(spec, run_dir)
+        if running is not None:
+            return running, False
+        return VirtualLab.start(spec, run_dir, owner_pid=owner_pid, log=log), True
+
+
+def stop_if_owner(lab: LabModel, state_dir: Path, owner_pid: int) -> bool:
+    """Stop the lab if ``owner_pid`` booted it (not a lab started by ``fabricqa-vlab up``); True if stopped."""
+    run_dir = run_dir_for(state_dir, lab)
+    state = read_state(run_dir)
+    if state is None or state.owner is None or state.owner.pid != owner_pid:
+        return False
+    running = VirtualLab.attach(spec_from_lab(lab), run_dir)
+    if running is not None:
+        running.stop()
+        return True
+    return False
+
+
+def controller_pid() -> int:
+    """The pid that owns the session's lab: the xdist controller for a worker, else this process."""
+    return os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what pytest-fabricqa and its virtual lab need on a Debian 12 machine, as root:
+# the Debian packages (QEMU, the VDE switch, mmdebstrap to build the guests, fio, ssh), the plugin itself
+# (editable, with its dev tools), and the virtual lab's image (built from Debian packages, cached).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export DEBIAN_FRONTEND=noninteractive
+APT_PACKAGES=(
+  qemu-system-x86 qemu-utils vde2 mmdebstrap cpio zstd kmod
+  openssh-client openssh-server
+  fio nvme-cli iproute2 util-linux e2fsprogs fdisk lvm2
+)
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+python3 -m pip install -q --disable-pip-version-check -e '.[dev]'
+
+# Build (or find in the cache) the virtual lab's kernel and root filesystem.
+fabricqa-vlab build
