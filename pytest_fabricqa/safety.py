@@ -42,7 +42,9 @@ ASM_AU_SIZES_MIB = (1, 2, 4, 8, 16, 32, 64)
 # AU size at 0xdc (kfdhdb offsets in kfed dumps are relative to 0x20).
 HEADER_BYTES = 256
 
-DEFAULT_ALLOW_KEY = "hosts.{host}.allow_write"
+# How to allow a device, as the refusal says it. The lab model marks such devices with
+# ``destructive_ok: true``; callers pass the exact key path of the device ({host} and {device} are filled).
+DEFAULT_ALLOW_KEY = "destructive_ok: true on the device {device} of host {host}"
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._:+@-]+$")
 
@@ -170,7 +172,7 @@ class Refusal:
         found = "; ".join(f.what for f in self.findings)
         text = f"{self.host}: refusing to let a write job touch {shown}: {found}."
         if self.overridable:
-            text += f" If its contents may be destroyed, add {self.device!r} to {self.allow_key} in the lab file."
+            text += f" If its contents may be destroyed, set {self.allow_key} in the lab file."
         else:
             text += (
                 " The allow-list cannot lift an in-use device or a failed probe: release the device "
@@ -195,8 +197,9 @@ def inspect(
 ) -> Refusal | None:
     """Return a :class:`Refusal` when ``evidence`` shows the device must not be written, else None.
 
-    ``allowed`` holds the lab's allow-list for this host (paths as configured or canonical); it lifts
-    signature and ASM-header findings only.
+    ``allowed`` holds the paths the lab marks ``destructive_ok`` on this host (as configured or canonical);
+    it lifts signature, partition and ASM-header findings only. ``allow_key`` is the lab-file key the
+    message tells the user to set, with ``{host}`` and ``{device}`` filled in.
     """
     findings: list[Finding] = []
     findings.extend(Finding(f"could not be inspected: {e}", False) for e in evidence.probe_errors)
@@ -214,7 +217,7 @@ def inspect(
             findings.append(Finding(f"has partitions: {', '.join(evidence.partitions)}", True))
     if not findings:
         return None
-    key = (allow_key or DEFAULT_ALLOW_KEY).format(host=evidence.host)
+    key = (allow_key or DEFAULT_ALLOW_KEY).format(host=evidence.host, device=evidence.device)
     return Refusal(evidence.host, evidence.device, evidence.path, tuple(findings), key)
 
 
