@@ -1,0 +1,78 @@
+"""``fabricqa-vlab``: build the guest image, bring a lab up or down, show its state.
+
+    fabricqa-vlab build [--force]
+    fabricqa-vlab up --spec-json FILE --run-dir DIR
+    fabricqa-vlab status --run-dir DIR
+    fabricqa-vlab down --run-dir DIR
+
+A lab brought ``up`` here has no owner process: it stays until ``down``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from pytest_fabricqa.vlab import procs
+from pytest_fabricqa.vlab.image import ImageBuildError, build_image, cache_root
+from pytest_fabricqa.vlab.machine import VirtualLab, VlabError
+from pytest_fabricqa.vlab.spec import SpecError, load_spec_json, spec_from_dict
+
+DEFAULT_RUN_DIR = Path(".fabricqa") / "vlab"
+
+
+def _log(line: str) -> None:
+    print(line, flush=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fabricqa-vlab", description="Build, boot and stop the fabricqa virtual lab.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    build = sub.add_parser("build", help="build or refresh the cached guest image")
+    build.add_argument("--force", action="store_true", help="rebuild even when the cache is current")
+    build.add_argument("--cache-dir", type=Path, default=None, help=f"default: {cache_root()}")
+    up = sub.add_parser("up", help="boot a lab and wait until every guest answers SSH")
+    up.add_argument("--spec-json", type=Path, required=True, help="the lab spec (VlabSpec.to_dict() as JSON)")
+    for command in (up, sub.add_parser("down", help="stop the lab"), sub.add_parser("status", help="lab state")):
+        command.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help=f"default: {DEFAULT_RUN_DIR}")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (0 ok, 1 failure, 2 usage)."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "build":
+            t0 = time.monotonic()
+            image = build_image(args.cache_dir, log=_log, force=args.force)
+            print(f"{image.root}  kernel {image.kernel_version}  ({time.monotonic() - t0:.1f} s)")
+            return 0
+        if args.command == "up":
+            spec = load_spec_json(args.spec_json)
+            t0 = time.monotonic()
+            lab = VirtualLab.start(spec, args.run_dir, log=_log)
+            print(f"lab {spec.name} up in {time.monotonic() - t0:.1f} s; run dir {lab.run_dir}")
+            for guest in spec.guests:
+                print(f"  {guest.name}: ssh {' '.join(lab.ssh_argv(guest.name))}")
+            return 0
+        state = procs.read_state(args.run_dir.resolve())
+        if state is None:
+            print(f"no lab in {args.run_dir}")
+            return 0 if args.command == "down" else 1
+        spec = spec_from_dict(state.spec, str(args.run_dir / procs.STATE_FILE))
+        if args.command == "status":
+            for proc in state.processes:
+                print(f"{proc.role:24} pid {proc.pid:<8} {'running' if procs.alive(proc) else 'gone'}")
+            return 0 if all(procs.alive(p) for p in state.processes) else 1
+        VirtualLab(spec, args.run_dir.resolve(), None, state).stop()
+        print(f"lab {spec.name} stopped")
+        return 0
+    except (SpecError, ImageBuildError, VlabError) as exc:
+        print(f"fabricqa-vlab: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

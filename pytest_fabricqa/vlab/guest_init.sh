@@ -1,0 +1,85 @@
+#!/bin/sh
+# PID 1 of a fabricqa virtual-lab guest (no systemd, no udev).
+#
+# The root file system is the image's initramfs, unpacked into RAM. This script and everything that differs
+# between guests (hostname, storage address, MTU, SSH keys, iSCSI initiator name) arrive as a tar file
+# through QEMU's fw_cfg, so one cached image serves every guest. Progress lines start with "fabricqa-init:"
+# on the serial console, which the host keeps as console.log; the host fails the lab start on any FAILED step.
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/root
+
+say() { echo "fabricqa-init: $*" > /dev/console; }
+
+# The image's stub /init already mounted /proc, /sys and /dev and unpacked this guest's config over /.
+mkdir -p /dev/pts /dev/shm /run /tmp /var/tmp
+mount -t devpts -o gid=5,mode=620 devpts /dev/pts
+mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+mount -t tmpfs -o mode=755 tmpfs /run
+mkdir -p /run/lock /run/sshd
+ln -sf /proc/self/mounts /etc/mtab
+modprobe configfs
+mount -t configfs configfs /sys/kernel/config
+# shellcheck disable=SC1091
+. /etc/fabricqa/guest.env
+say "step=config ok guest=$FQ_HOSTNAME kernel=$(uname -r)"
+
+hostname "$FQ_HOSTNAME"
+
+# No udev: load explicitly what the storage tests need. A failure is logged and the boot goes on, so the
+# console lists every missing module at once (and SSH still works for a look around).
+for m in $FQ_MODULES; do
+    modprobe "$m" || say "step=modules FAILED: modprobe $m"
+done
+say "step=modules ok"
+
+# Interfaces get their names from their MAC addresses (set by the host), not from PCI probe order.
+rename_by_mac() {
+    want_mac=$1
+    want_name=$2
+    for dev in /sys/class/net/*; do
+        [ "$(cat "$dev/address")" = "$want_mac" ] || continue
+        name=${dev##*/}
+        [ "$name" = "$want_name" ] && return 0
+        ip link set "$name" name "fqtmp$$" && ip link set "fqtmp$$" name "$want_name"
+        return $?
+    done
+    return 1
+}
+# Two passes so a swap (eth0 <-> eth1) cannot collide.
+for dev in /sys/class/net/eth*; do
+    [ -e "$dev" ] && ip link set "${dev##*/}" name "fq${dev##*/}" 2>/dev/null
+done
+rename_by_mac "$FQ_MGMT_MAC" eth0 || say "step=network FAILED: no NIC with MAC $FQ_MGMT_MAC"
+rename_by_mac "$FQ_STORAGE_MAC" eth1 || say "step=network FAILED: no NIC with MAC $FQ_STORAGE_MAC"
+
+ip link set lo up
+# QEMU user networking: the guest is always 10.0.2.15, the host's port forward reaches it there.
+ip addr add 10.0.2.15/24 dev eth0
+ip link set eth0 up
+ip link set eth1 mtu "$FQ_STORAGE_MTU" || say "step=storage-link FAILED: mtu $FQ_STORAGE_MTU"
+ip addr add "$FQ_STORAGE_ADDRESS" dev eth1 || say "step=storage-link FAILED: address $FQ_STORAGE_ADDRESS"
+ip link set eth1 up
+say "step=network ok eth1=$FQ_STORAGE_ADDRESS mtu=$FQ_STORAGE_MTU"
+
+if rdma link add rxe0 type rxe netdev eth1; then
+    say "step=rxe ok"
+else
+    say "step=rxe FAILED: rdma link add rxe0 type rxe netdev eth1"
+fi
+
+# open-iscsi's iscsiadm talks to iscsid; the initiator name came with the config.
+if iscsid; then
+    say "step=iscsid ok"
+else
+    say "step=iscsid FAILED"
+fi
+
+if /usr/sbin/sshd -E /var/log/sshd.log; then
+    say "step=sshd ok"
+else
+    say "step=sshd FAILED (see /var/log/sshd.log)"
+fi
+say "READY $FQ_HOSTNAME"
+
+# PID 1 must reap orphans (daemons that double-fork) and must never exit; perl is Essential in Debian.
+exec perl -e 'for (;;) { sleep 1 if wait() == -1 }'

@@ -1,0 +1,528 @@
+"""Boot, reach and stop a virtual lab: QEMU guests (software emulation) joined by one VDE switch.
+
+Each guest gets two NICs: ``eth0`` on QEMU user networking (``restrict=on``: no traffic leaves QEMU, only the
+SSH port forward on 127.0.0.1 reaches in) and ``eth1`` on a ``vde_switch`` listening on a UNIX socket in the
+run dir, which is the lab's storage segment. Nothing is ever sent beyond 127.0.0.1 and UNIX sockets.
+
+Run dir layout (all of it is the lab's; nothing outside but the image cache and, for long run dirs, a short
+socket folder in /tmp)::
+
+    lab.json                 state: spec, owner, pids (see procs.py)
+    ssh/id_ed25519[.pub]     the run's client key;  ssh/known_hosts  the guests' pinned host keys
+    <guest>/console.log      the guest's serial console (kernel messages and fabricqa-init steps)
+    <guest>/config.tar       what the guest gets through fw_cfg; <guest>/drive-<id>.raw its drives
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from pytest_fabricqa.transport.base import CommandError, CommandResult
+from pytest_fabricqa.vlab import procs
+from pytest_fabricqa.vlab.image import Image, build_image
+from pytest_fabricqa.vlab.spec import Guest, VlabSpec
+
+# Loaded at boot (no udev). null_blk, brd and loop are in the image but left unloaded, so a test can load
+# them with the parameters it needs (``modprobe null_blk nr_devices=1 gb=1``).
+BOOT_MODULES: tuple[str, ...] = (
+    "virtio_pci",
+    "virtio_net",
+    "virtio_rng",
+    "crc32_generic",  # rdma_rxe fails with "failed to init crc32 algorithm err:-2" without it
+    "crc32c_generic",
+    "sd_mod",  # an iSCSI LUN gets no /dev node without it
+    "sg",
+    "nvme_core",
+    "nvme",
+    "nvme_fabrics",
+    "nvme_tcp",
+    "nvme_rdma",
+    "nvmet",
+    "nvmet_tcp",
+    "nvmet_rdma",
+    "ib_core",
+    "rdma_rxe",
+    "rdma_cm",
+    "rdma_ucm",
+    "ib_uverbs",
+    "ib_umad",
+    "target_core_mod",
+    "target_core_iblock",
+    "target_core_file",
+    "iscsi_target_mod",
+    "ib_isert",
+    "scsi_transport_iscsi",
+    "iscsi_tcp",
+    "ib_iser",
+    "dm_mod",
+)
+
+INIT_SCRIPT = Path(__file__).with_name("guest_init.sh")
+DEFAULT_BOOT_TIMEOUT_S = 300.0
+STOP_TIMEOUT_S = 10.0
+QEMU = "qemu-system-x86_64"
+IQN_PREFIX = "iqn.2024-01.io.fabricqa"
+# Guest steps the init script reports as "fabricqa-init: step=<name> FAILED" and how the host names them.
+INIT_STEPS = {
+    "stub": "boot",
+    "mounts": "boot",
+    "config": "boot",
+    "modules": "kernel modules",
+    "network": "storage link",
+    "storage-link": "storage link",
+    "rxe": "rxe",
+    "iscsid": "iscsid",
+    "sshd": "SSH ready",
+}
+
+
+class VlabError(Exception):
+    """A lab step failed. ``step`` is one of: image build, qemu start, boot, SSH ready, storage link, rxe."""
+
+    def __init__(self, step: str, message: str, console: Path | None = None) -> None:
+        self.step = step
+        self.console = console
+        text = f"vlab {step}: {message}"
+        if console is not None:
+            text += f" (console log: {console})"
+        super().__init__(text)
+
+
+def guest_macs(index: int) -> tuple[str, str]:
+    """The (management, storage) MAC addresses of the guest at ``index``: the guest names NICs by them."""
+    if not 0 <= index < 256:
+        raise ValueError(f"guest index {index} out of range 0..255")
+    return f"52:54:00:fa:00:{index:02x}", f"52:54:00:fa:01:{index:02x}"
+
+
+def initiator_name(spec: VlabSpec, guest: Guest) -> str:
+    """The guest's unique iSCSI initiator name (written to /etc/iscsi/initiatorname.iscsi)."""
+    return f"{IQN_PREFIX}:{spec.name}.{guest.name}"
+
+
+def known_hosts_line(port: int, host_public_key: str) -> str:
+    """A known_hosts line pinning a guest's host key for ``ssh -p PORT root@127.0.0.1``."""
+    kind, blob = host_public_key.split()[:2]
+    return f"[127.0.0.1]:{port} {kind} {blob}"
+
+
+def socket_dir(run_dir: Path) -> Path:
+    """Where the lab's UNIX sockets go: ``run_dir/sock``, or a short /tmp folder when that path is too long.
+
+    A UNIX socket path is limited to 107 bytes and vde_switch appends its own file names.
+    """
+    inside = Path(run_dir).resolve() / "sock"
+    if len(str(inside)) <= 60:
+        return inside
+    digest = hashlib.sha256(str(inside).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"fabricqa-vlab-{digest}"
+
+
+def qemu_argv(
+    guest: Guest,
+    index: int,
+    image: Image,
+    guest_dir: Path,
+    sock_dir: Path,
+    *,
+    accel: str = "tcg",
+) -> list[str]:
+    """The qemu-system-x86_64 command line of one guest (daemonized, console to ``guest_dir/console.log``)."""
+    mgmt_mac, storage_mac = guest_macs(index)
+    argv = [
+        QEMU,
+        "-name", guest.name,
+        "-nodefaults",
+        "-machine", "q35",
+        # KVM on these hosts cannot boot a stock kernel (see VLAB-NOTES): software emulation only.
+        "-accel", f"{accel},tb-size=256" if accel == "tcg" else accel,
+        "-cpu", "max",
+        "-smp", str(guest.cpus),
+        "-m", str(guest.memory_mb),
+        "-display", "none",
+        "-daemonize",
+        "-pidfile", str(guest_dir / "qemu.pid"),
+        "-serial", f"file:{guest_dir / 'console.log'}",
+        "-qmp", f"unix:{sock_dir / (guest.name + '.qmp')},server=on,wait=off",
+        "-kernel", str(image.kernel),
+        "-initrd", str(image.initrd),
+        "-append", "console=ttyS0 panic=-1 quiet",
+        "-no-reboot",
+        "-netdev", f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{guest.ssh_port}-:22",
+        "-device", f"virtio-net-pci,netdev=mgmt,mac={mgmt_mac}",
+        "-netdev", f"vde,id=storage,sock={sock_dir / 'switch'}",
+        "-device", f"virtio-net-pci,netdev=storage,mac={storage_mac}",
+        "-device", "virtio-rng-pci",
+        "-fw_cfg", f"name=opt/fabricqa/config.tar,file={guest_dir / 'config.tar'}",
+    ]  # fmt: skip
+    for drive in guest.drives:
+        # Throwaway sparse files: cache=unsafe skips host flushes, the guest still sees a real NVMe drive.
+        argv += [
+            "-drive",
+            f"if=none,id=drv-{drive.id},file={guest_dir / f'drive-{drive.id}.raw'},format=raw,cache=unsafe",
+        ]
+        if drive.kind == "nvme":
+            argv += ["-device", f"nvme,serial={drive.id},drive=drv-{drive.id}"]
+        else:
+            argv += ["-device", f"virtio-blk-pci,serial={drive.id},drive=drv-{drive.id}"]
+    return argv
+
+
+def guest_env(spec: VlabSpec, guest: Guest, index: int) -> str:
+    """The shell-sourced ``/etc/fabricqa/guest.env`` the guest's init reads (values quoted once)."""
+    mgmt_mac, storage_mac = guest_macs(index)
+    values = {
+        "FQ_LAB": spec.name,
+        "FQ_HOSTNAME": guest.name,
+        "FQ_MODULES": " ".join(BOOT_MODULES),
+        "FQ_MGMT_MAC": mgmt_mac,
+        "FQ_STORAGE_MAC": storage_mac,
+        "FQ_STORAGE_ADDRESS": guest.storage_address,
+        "FQ_STORAGE_MTU": str(guest.storage_mtu),
+    }
+    return "".join(f"{k}={shlex.quote(v)}\n" for k, v in values.items())
+
+
+def guest_config_tar(
+    spec: VlabSpec, guest: Guest, index: int, host_key: Path, client_public_key: str, init_script: str
+) -> bytes:
+    """The tar the guest unpacks over ``/`` at boot: init, env, hostname, hosts, keys, initiator name."""
+    hosts = "127.0.0.1\tlocalhost\n" + "".join(f"{g.storage_ip}\t{g.name}\n" for g in spec.guests)
+    files: list[tuple[str, bytes, int]] = [
+        ("sbin/fabricqa-init", init_script.encode(), 0o755),
+        ("etc/fabricqa/guest.env", guest_env(spec, guest, index).encode(), 0o644),
+        ("etc/hostname", f"{guest.name}\n".encode(), 0o644),
+        ("etc/hosts", hosts.encode(), 0o644),
+        ("etc/ssh/ssh_host_ed25519_key", host_key.read_bytes(), 0o600),
+        ("etc/ssh/ssh_host_ed25519_key.pub", host_key.with_suffix(".pub").read_bytes(), 0o644),
+        ("root/.ssh/authorized_keys", client_public_key.encode(), 0o600),
+        ("etc/iscsi/initiatorname.iscsi", f"InitiatorName={initiator_name(spec, guest)}\n".encode(), 0o644),
+    ]
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for directory in ("root/.ssh",):
+            info = tarfile.TarInfo(directory)
+            info.type, info.mode = tarfile.DIRTYPE, 0o700
+            tar.addfile(info)
+        for name, data, mode in files:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _keygen(path: Path, comment: str) -> None:
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    argv = ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise VlabError("qemu start", f"ssh-keygen failed: {proc.stderr.strip()}")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _qmp_quit(path: Path) -> None:
+    """Ask QEMU to exit through its QMP socket; errors are ignored (the caller signals what is left)."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(3)
+        sock.connect(str(path))
+        stream = sock.makefile("rwb")
+        stream.readline()  # greeting
+        for command in ("qmp_capabilities", "quit"):
+            stream.write(json.dumps({"execute": command}).encode() + b"\n")
+            stream.flush()
+            stream.readline()
+
+
+class VirtualLab:
+    """A running lab: its spec, run dir, SSH key and pinned host keys. Use :meth:`start` or :meth:`attach`."""
+
+    def __init__(self, spec: VlabSpec, run_dir: Path, image: Image | None, state: procs.LabState) -> None:
+        self.spec = spec
+        self.run_dir = Path(run_dir)
+        self.image = image
+        self.state = state
+        self.ssh_key = self.run_dir / "ssh" / "id_ed25519"
+        self.known_hosts = self.run_dir / "ssh" / "known_hosts"
+        self.boot_seconds: dict[str, float] = {}
+
+    def __repr__(self) -> str:
+        return f"VirtualLab({self.spec.name!r}, {self.run_dir})"
+
+    @classmethod
+    def start(
+        cls,
+        spec: VlabSpec,
+        run_dir: Path,
+        image: Image | None = None,
+        *,
+        owner_pid: int | None = None,
+        log: Callable[[str], None] = print,
+        timeout_s: float = DEFAULT_BOOT_TIMEOUT_S,
+    ) -> VirtualLab:
+        """Boot every guest of ``spec`` in parallel and return once each one answers SSH as root.
+
+        With ``owner_pid`` the lab dies with that process (a watchdog polls it every 2 s); without, it stays
+        up until :meth:`stop`. Raises :class:`VlabError` naming the failed step and the guest's console log;
+        whatever was started is stopped again first.
+        """
+        run_dir = Path(run_dir).resolve()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for line in procs.cleanup_stale(run_dir):
+            log(f"vlab: killed a stale process of an earlier run: {line}")
+        if cls.attach(spec, run_dir) is not None or procs.read_state(run_dir) is not None:
+            raise VlabError("qemu start", f"a lab is already running in {run_dir}; attach() or stop() it first")
+        for tool in (QEMU, "vde_switch", "ssh", "ssh-keygen"):
+            if shutil.which(tool) is None:
+                raise VlabError(
+                    "qemu start", f"`{tool}` not found; apt-get install qemu-system-x86 vde2 openssh-client"
+                )
+        busy = [g.ssh_port for g in spec.guests if not _port_free(g.ssh_port)]
+        if busy:
+            raise VlabError("qemu start", f"SSH port(s) {busy} on 127.0.0.1 are in use; pick others in the spec")
+        if image is None:
+            try:
+                image = build_image(log=log)
+            except Exception as exc:
+                raise VlabError("image build", str(exc)) from exc
+
+        owner = procs.ref("owner", owner_pid) if owner_pid is not None else None
+        sock_dir = socket_dir(run_dir)
+        state = procs.LabState(
+            spec=json.loads(json.dumps(spec.to_dict())),
+            owner=owner,
+            processes=(),
+            image_root=str(image.root),
+            sock_dir=str(sock_dir),
+        )
+        lab = cls(spec, run_dir, image, state)
+        try:
+            lab._launch(sock_dir, log)
+            lab._wait_ready(timeout_s, log)
+        except BaseException:
+            lab.stop()
+            raise
+        return lab
+
+    def _record(self, proc: procs.ProcessRef) -> None:
+        self.state = procs.LabState(
+            spec=self.state.spec,
+            owner=self.state.owner,
+            processes=(*self.state.processes, proc),
+            image_root=self.state.image_root,
+            sock_dir=self.state.sock_dir,
+        )
+        procs.write_state(self.run_dir, self.state)
+
+    def _launch(self, sock_dir: Path, log: Callable[[str], None]) -> None:
+        assert self.image is not None
+        image = self.image
+        # The state file exists before the first process does, so a crash from here on leaves nothing unknown.
+        procs.write_state(self.run_dir, self.state)
+        if self.state.owner is not None:
+            self._start_watchdog()
+        _keygen(self.ssh_key, f"fabricqa-vlab-{self.spec.name}")
+        client_public = self.ssh_key.with_suffix(".pub").read_text()
+        known: list[str] = []
+        for guest in self.spec.guests:
+            gdir = self.run_dir / guest.name
+            gdir.mkdir(exist_ok=True)
+            key = gdir / "ssh_host_ed25519_key"
+            _keygen(key, guest.name)
+            known.append(known_hosts_line(guest.ssh_port, key.with_suffix(".pub").read_text()))
+        self.known_hosts.write_text("\n".join(known) + "\n")
+
+        if sock_dir.exists():
+            shutil.rmtree(sock_dir)
+        sock_dir.mkdir(mode=0o700, parents=True)
+        switch_pidfile = sock_dir / "switch.pid"
+        argv = ["vde_switch", "-s", str(sock_dir / "switch"), "-d", "-p", str(switch_pidfile)]
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
+        if proc.returncode != 0:
+            raise VlabError("storage link", f"vde_switch exited {proc.returncode}: {proc.stderr.strip()}")
+        self._record(procs.ref("vde_switch", int(switch_pidfile.read_text())))
+
+        init_script = INIT_SCRIPT.read_text()
+        for index, guest in enumerate(self.spec.guests):
+            gdir = self.run_dir / guest.name
+            console = gdir / "console.log"
+            console.unlink(missing_ok=True)
+            (gdir / "config.tar").write_bytes(
+                guest_config_tar(self.spec, guest, index, gdir / "ssh_host_ed25519_key", client_public, init_script)
+            )
+            for drive in guest.drives:
+                with (gdir / f"drive-{drive.id}.raw").open("wb") as handle:
+                    handle.truncate(drive.size_mb * 1024 * 1024)
+            argv = qemu_argv(guest, index, image, gdir, sock_dir)
+            (gdir / "qemu.argv").write_text(shlex.join(argv) + "\n")
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+            if proc.returncode != 0:
+                raise VlabError(
+                    "qemu start", f"{guest.name}: qemu exited {proc.returncode}: {proc.stderr.strip()}", console
+                )
+            self._record(procs.ref(f"qemu {guest.name}", int((gdir / "qemu.pid").read_text())))
+            log(f"vlab: {guest.name} started (ssh 127.0.0.1:{guest.ssh_port}, eth1 {guest.storage_address})")
+
+    def _start_watchdog(self) -> None:
+        package_parent = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+        with (self.run_dir / "watchdog.log").open("ab") as logfile:
+            subprocess.Popen(
+                [sys.executable, "-m", "pytest_fabricqa.vlab.watchdog", str(self.run_dir)],
+                stdin=subprocess.DEVNULL,
+                stdout=logfile,
+                stderr=logfile,
+                start_new_session=True,
+                env=env,
+            )
+
+    def _wait_ready(self, timeout_s: float, log: Callable[[str], None]) -> None:
+        """Poll all guests at once: console READY line first (cheap), then a real SSH login."""
+        t0 = time.monotonic()
+        deadline = t0 + timeout_s
+        pending = {g.name for g in self.spec.guests}
+        announced: set[str] = set()
+        qemu_of = {p.role.split(" ", 1)[1]: p for p in self.state.processes if p.role.startswith("qemu ")}
+        while pending:
+            for name in sorted(pending):
+                console = self.console_log(name)
+                if not procs.alive(qemu_of[name]):
+                    raise VlabError("boot", f"{name}: qemu exited; last console lines:\n{_tail(console)}", console)
+                text = console.read_text(errors="replace") if console.exists() else ""
+                failed = [line for line in text.splitlines() if line.startswith("fabricqa-init:") and "FAILED" in line]
+                if failed:
+                    step = failed[0].split("step=", 1)[-1].split()[0]
+                    raise VlabError(INIT_STEPS.get(step, step), f"{name}: {failed[0]}", console)
+                if f"fabricqa-init: READY {name}" not in text:
+                    continue
+                if name not in announced:
+                    announced.add(name)
+                    log(f"vlab: {name} booted after {time.monotonic() - t0:.1f} s; trying SSH")
+                result = self.ssh(name, ["true"], check=False, timeout=20)
+                if result.ok:
+                    pending.discard(name)
+                    self.boot_seconds[name] = round(time.monotonic() - t0, 1)
+                    log(f"vlab: {name} answers SSH after {self.boot_seconds[name]} s")
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                name = sorted(pending)[0]
+                console = self.console_log(name)
+                step = "SSH ready" if name in announced else "boot"
+                raise VlabError(
+                    step,
+                    f"{name}: not ready after {timeout_s:.0f} s; last console lines:\n{_tail(console)}",
+                    console,
+                )
+            time.sleep(0.5)
+
+    @classmethod
+    def attach(cls, spec: VlabSpec, run_dir: Path) -> VirtualLab | None:
+        """The lab running in ``run_dir`` if it was started with this very ``spec`` and all of it is alive."""
+        run_dir = Path(run_dir).resolve()
+        state = procs.read_state(run_dir)
+        if state is None or state.spec != json.loads(json.dumps(spec.to_dict())):
+            return None
+        qemus = [p for p in state.processes if p.role.startswith("qemu ")]
+        if len(qemus) != len(spec.guests) or not all(procs.alive(p) for p in state.processes):
+            return None
+        return cls(spec, run_dir, Image.load(Path(state.image_root)), state)
+
+    def console_log(self, guest: str) -> Path:
+        """The guest's serial console log (kernel messages and the init's ``fabricqa-init:`` steps)."""
+        return self.run_dir / guest / "console.log"
+
+    def ssh_argv(self, guest: str) -> list[str]:
+        """``ssh`` options and destination that log in to ``guest`` as root, host key checked against the pin."""
+        port = self.spec.guest(guest).ssh_port
+        return [
+            "ssh",
+            "-F", "/dev/null",
+            "-i", str(self.ssh_key),
+            "-o", "IdentitiesOnly=yes",
+            "-o", f"UserKnownHostsFile={self.known_hosts}",
+            "-o", "GlobalKnownHostsFile=/dev/null",
+            "-o", "StrictHostKeyChecking=yes",
+            "-o", "BatchMode=yes",
+            "-o", "ConnectTimeout=10",
+            "-o", "LogLevel=ERROR",
+            "-p", str(port),
+            "root@127.0.0.1",
+        ]  # fmt: skip
+
+    def ssh(
+        self,
+        guest: str,
+        argv: Sequence[str],
+        *,
+        check: bool = True,
+        timeout: float | None = 120,
+        stdin: str | None = None,
+    ) -> CommandResult:
+        """Run ``argv`` on ``guest`` over the real ssh client (quoted once with shlex.join)."""
+        args = tuple(str(a) for a in argv)
+        full = [*self.ssh_argv(guest), "--", shlex.join(args)]
+        try:
+            proc = subprocess.run(full, input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
+            result = CommandResult(guest, args, proc.returncode, proc.stdout, proc.stderr)
+        except subprocess.TimeoutExpired:
+            result = CommandResult(guest, args, 124, "", f"timed out after {timeout} s")
+        if check and not result.ok:
+            raise CommandError(result)
+        return result
+
+    def qemu_processes(self) -> list[procs.ProcessRef]:
+        """The recorded QEMU processes that are still alive."""
+        return [p for p in self.state.processes if p.role.startswith("qemu ") and procs.alive(p)]
+
+    def stop(self) -> None:
+        """Quit every guest through QMP, signal what is left after a timeout, stop the switch. Idempotent."""
+        sock_dir = Path(self.state.sock_dir) if self.state.sock_dir else socket_dir(self.run_dir)
+        qemus = [p for p in self.state.processes if p.role.startswith("qemu ")]
+        for proc in qemus:
+            if procs.alive(proc):
+                _qmp_quit(sock_dir / (proc.role.split(" ", 1)[1] + ".qmp"))
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while time.monotonic() < deadline and any(procs.alive(p) for p in qemus):
+            time.sleep(0.1)
+        procs.terminate(qemus)
+        procs.terminate([p for p in self.state.processes if not p.role.startswith("qemu ")])
+        (self.run_dir / procs.STATE_FILE).unlink(missing_ok=True)  # the watchdog exits when it sees this
+        if sock_dir.exists():
+            shutil.rmtree(sock_dir, ignore_errors=True)
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no console output)"
+
+
+def cleanup_stale(run_dir: Path) -> list[str]:
+    """Kill QEMU/VDE processes of earlier labs in ``run_dir`` whose owner died; see :func:`procs.cleanup_stale`."""
+    return procs.cleanup_stale(run_dir)

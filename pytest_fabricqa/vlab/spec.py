@@ -1,0 +1,171 @@
+"""What a virtual lab is made of: guests, their storage addresses and their emulated drives.
+
+The lab-file model (the lead's) turns ``labs/vlab.yaml`` into a :class:`VlabSpec`; the CLI reads the same
+shape from JSON with :func:`load_spec_json`. Validation happens here, once, with errors that name the key.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MEMORY_MB = 1024
+DEFAULT_CPUS = 1
+# Linux's minimum IPv4 MTU and the largest frame the lab's switch passes (jumbo frames).
+MIN_MTU = 576
+MAX_MTU = 9000
+DRIVE_KINDS = ("nvme", "virtio")
+
+_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+_DRIVE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,19}$")  # an NVMe serial is at most 20 characters
+
+
+class SpecError(ValueError):
+    """A virtual-lab spec is invalid; the message names the key and the fix."""
+
+
+@dataclass(frozen=True)
+class Drive:
+    """An emulated drive: ``nvme`` becomes ``-device nvme,serial=<id>``, ``virtio`` a virtio-blk disk."""
+
+    id: str
+    size_mb: int
+    kind: str = "nvme"
+
+
+@dataclass(frozen=True)
+class Guest:
+    """One guest: its SSH port on 127.0.0.1 and its address on the shared storage segment (eth1)."""
+
+    name: str
+    ssh_port: int
+    storage_address: str  # "10.10.10.19/24"
+    storage_mtu: int = 1500
+    memory_mb: int = DEFAULT_MEMORY_MB
+    cpus: int = DEFAULT_CPUS
+    drives: tuple[Drive, ...] = ()
+
+    @property
+    def storage_ip(self) -> str:
+        """The storage address without its prefix length ("10.10.10.19")."""
+        return str(ipaddress.ip_interface(self.storage_address).ip)
+
+
+@dataclass(frozen=True)
+class VlabSpec:
+    """A lab: guests that share one storage L2 segment."""
+
+    name: str
+    guests: tuple[Guest, ...]
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    def guest(self, name: str) -> Guest:
+        """The guest called ``name``; KeyError names the guests there are."""
+        for guest in self.guests:
+            if guest.name == name:
+                return guest
+        raise KeyError(f"no guest {name!r} in lab {self.name!r}; guests: {[g.name for g in self.guests]}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data; :func:`spec_from_dict` reads it back."""
+        return asdict(self)
+
+
+def validate(spec: VlabSpec) -> None:
+    """Raise :class:`SpecError` naming the first invalid key of ``spec``."""
+    if not _NAME.match(spec.name):
+        raise SpecError(f"name: {spec.name!r} must be lower-case letters, digits and '-' (a host name)")
+    if not spec.guests:
+        raise SpecError("guests: a lab needs at least one guest")
+    seen_names: set[str] = set()
+    seen_ports: set[int] = set()
+    seen_ips: set[str] = set()
+    networks = set()
+    for i, guest in enumerate(spec.guests):
+        where = f"guests[{i}]"
+        if not _NAME.match(guest.name):
+            raise SpecError(f"{where}.name: {guest.name!r} must be a host name (a-z, 0-9, '-')")
+        if guest.name in seen_names:
+            raise SpecError(f"{where}.name: {guest.name!r} is used twice")
+        seen_names.add(guest.name)
+        if not 1024 <= guest.ssh_port <= 65535:
+            raise SpecError(f"{where}.ssh_port: {guest.ssh_port} must be 1024..65535 (an unprivileged port)")
+        if guest.ssh_port in seen_ports:
+            raise SpecError(f"{where}.ssh_port: {guest.ssh_port} is used twice")
+        seen_ports.add(guest.ssh_port)
+        try:
+            iface = ipaddress.ip_interface(guest.storage_address)
+        except ValueError:
+            raise SpecError(
+                f"{where}.storage_address: {guest.storage_address!r} is not an address/prefix like 10.10.10.11/24"
+            ) from None
+        if "/" not in guest.storage_address or iface.version != 4:
+            raise SpecError(f"{where}.storage_address: {guest.storage_address!r} needs an IPv4 /prefix")
+        if str(iface.ip) in seen_ips:
+            raise SpecError(f"{where}.storage_address: {iface.ip} is used twice")
+        seen_ips.add(str(iface.ip))
+        networks.add(iface.network)
+        if not MIN_MTU <= guest.storage_mtu <= MAX_MTU:
+            raise SpecError(f"{where}.storage_mtu: {guest.storage_mtu} must be {MIN_MTU}..{MAX_MTU}")
+        if not 256 <= guest.memory_mb <= 16384:
+            raise SpecError(f"{where}.memory_mb: {guest.memory_mb} must be 256..16384")
+        if not 1 <= guest.cpus <= 8:
+            raise SpecError(f"{where}.cpus: {guest.cpus} must be 1..8")
+        drive_ids: set[str] = set()
+        for j, drive in enumerate(guest.drives):
+            dwhere = f"{where}.drives[{j}]"
+            if not _DRIVE_ID.match(drive.id):
+                raise SpecError(f"{dwhere}.id: {drive.id!r} must be 1-20 of A-Z a-z 0-9 _ . - (an NVMe serial)")
+            if drive.id in drive_ids:
+                raise SpecError(f"{dwhere}.id: {drive.id!r} is used twice in {guest.name}")
+            drive_ids.add(drive.id)
+            if not 1 <= drive.size_mb <= 1024 * 1024:
+                raise SpecError(f"{dwhere}.size_mb: {drive.size_mb} must be 1..1048576")
+            if drive.kind not in DRIVE_KINDS:
+                raise SpecError(f"{dwhere}.kind: {drive.kind!r} must be one of {', '.join(DRIVE_KINDS)}")
+    if len(networks) > 1:
+        raise SpecError(
+            f"guests[*].storage_address: the guests share one L2 segment but are in {len(networks)} subnets "
+            f"({', '.join(sorted(str(n) for n in networks))}); put them in one"
+        )
+
+
+def spec_from_dict(data: Any, source: str = "spec") -> VlabSpec:
+    """A validated :class:`VlabSpec` from plain data; errors name ``source`` and the key."""
+    try:
+        if not isinstance(data, dict):
+            raise SpecError("the top level must be an object with 'name' and 'guests'")
+        guests = []
+        for i, g in enumerate(data.get("guests") or []):
+            if not isinstance(g, dict):
+                raise SpecError(f"guests[{i}]: must be an object")
+            unknown = set(g) - {f for f in Guest.__dataclass_fields__}
+            if unknown:
+                raise SpecError(f"guests[{i}]: unknown keys {sorted(unknown)}")
+            drives = tuple(Drive(**d) for d in g.get("drives", ()))
+            guests.append(Guest(**{**g, "drives": drives}))
+        unknown = set(data) - {"name", "guests"}
+        if unknown:
+            raise SpecError(f"unknown keys {sorted(unknown)}")
+        return VlabSpec(name=data.get("name", ""), guests=tuple(guests))
+    except SpecError as exc:
+        raise SpecError(f"{source}: {exc}") from None
+    except TypeError as exc:  # missing or unexpected dataclass fields
+        raise SpecError(f"{source}: {exc}") from None
+
+
+def load_spec_json(path: Path) -> VlabSpec:
+    """Read a lab spec from a JSON file (the shape of :meth:`VlabSpec.to_dict`)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
+    except ValueError as exc:
+        raise SpecError(f"{path}: not JSON: {exc}") from None
+    return spec_from_dict(data, str(path))

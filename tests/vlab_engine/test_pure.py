@@ -1,0 +1,356 @@
+"""Pure tests of the virtual-lab engine: cache keys, sources, QEMU argv, guest config, stale cleanup.
+
+Nothing here boots a guest; the real end-to-end test is test_lab_e2e.py (marked ``vlab``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shlex
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_fabricqa.vlab import image as image_mod
+from pytest_fabricqa.vlab import procs
+from pytest_fabricqa.vlab.image import Image, cache_key, debian_sources, module_closure
+from pytest_fabricqa.vlab.machine import (
+    BOOT_MODULES,
+    guest_config_tar,
+    guest_env,
+    initiator_name,
+    known_hosts_line,
+    qemu_argv,
+    socket_dir,
+)
+from pytest_fabricqa.vlab.spec import Drive, Guest, SpecError, VlabSpec, load_spec_json, spec_from_dict
+
+SPEC = VlabSpec(
+    name="lab1",
+    guests=(
+        Guest("vstor", 10022, "10.10.10.10/24", storage_mtu=9000, drives=(Drive("NVME0001", 512),)),
+        Guest("init1", 10023, "10.10.10.11/24"),
+    ),
+)
+
+
+def test_cache_key_changes_with_each_input() -> None:
+    base = cache_key(build_script="x")
+    assert base == cache_key(build_script="x")
+    assert cache_key(packages=(*image_mod.PACKAGES, "xfsprogs"), build_script="x") != base
+    assert cache_key(suite="trixie", build_script="x") != base
+    assert cache_key(modules=("nvme",), build_script="x") != base
+    assert cache_key(build_script="y") != base
+    # Order of the package list is not an input: the same set gives the same image.
+    assert cache_key(packages=reversed(image_mod.PACKAGES), build_script="x") == base
+
+
+def test_cache_key_default_hashes_the_builder_source() -> None:
+    assert cache_key() == cache_key(build_script=Path(image_mod.__file__).read_text())
+
+
+def test_cache_root_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert image_mod.cache_root() == tmp_path / "fabricqa" / "vlab"
+
+
+def test_debian_sources_keeps_only_the_suite(tmp_path: Path) -> None:
+    deb822 = tmp_path / "debian.sources"
+    deb822.write_text(
+        "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\n"
+        "Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n"
+        "Types: deb\nURIs: https://deb.nodesource.com/node_20.x\nSuites: nodistro\nComponents: main\n"
+    )
+    one_line = tmp_path / "x.list"
+    one_line.write_text(
+        "deb [signed-by=/k.gpg] http://security.example/debian-security bookworm-security main\n"
+        "deb https://packages.cloud.google.com/apt cloud-sdk-bookworm main\n# deb http://x bookworm main\n"
+    )
+    text = debian_sources([deb822, one_line, tmp_path / "missing.list"])
+    assert "nodesource" not in text and "cloud.google" not in text and "http://x" not in text
+    assert "Suites: bookworm bookworm-updates" in text
+    assert "URIs: http://security.example/debian-security\nSuites: bookworm-security" in text
+    assert "Signed-By: /k.gpg" in text
+
+
+MODULES_DEP = """\
+kernel/drivers/nvme/host/nvme-tcp.ko: kernel/drivers/nvme/host/nvme-fabrics.ko kernel/drivers/nvme/host/nvme-core.ko
+kernel/drivers/nvme/host/nvme-fabrics.ko: kernel/drivers/nvme/host/nvme-core.ko
+kernel/drivers/nvme/host/nvme-core.ko:
+kernel/crypto/crc32_generic.ko:
+kernel/crypto/xts.ko: kernel/lib/libx.ko
+kernel/lib/libx.ko:
+kernel/sound/snd.ko:
+"""
+
+
+def test_module_closure_follows_dependencies_and_dash_names() -> None:
+    keep = module_closure(MODULES_DEP, ["nvme_tcp", "not_a_module"], ["kernel/crypto/"])
+    assert keep == {
+        "kernel/drivers/nvme/host/nvme-tcp.ko",
+        "kernel/drivers/nvme/host/nvme-fabrics.ko",
+        "kernel/drivers/nvme/host/nvme-core.ko",
+        "kernel/crypto/crc32_generic.ko",
+        "kernel/crypto/xts.ko",
+        "kernel/lib/libx.ko",
+    }
+
+
+def test_cpio_writer_output_is_read_back_by_cpio(tmp_path: Path) -> None:
+    out = io.BytesIO()
+    writer = image_mod._CpioWriter(out)
+    writer.add("etc", 0o040755)
+    writer.add("etc/hostname", 0o100644, b"vstor\n")
+    writer.add("bin", 0o120777, b"usr/bin")
+    writer.close()
+    archive = tmp_path / "a.cpio"
+    archive.write_bytes(out.getvalue())
+    listing = subprocess.run(
+        ["cpio", "-itv", "--quiet"], input=archive.read_bytes(), capture_output=True, check=True
+    ).stdout.decode()
+    assert "etc/hostname" in listing and "bin -> usr/bin" in listing
+    dest = tmp_path / "x"
+    dest.mkdir()
+    subprocess.run(["cpio", "-id", "--quiet"], input=archive.read_bytes(), cwd=dest, check=True)
+    assert (dest / "etc" / "hostname").read_text() == "vstor\n"
+
+
+def test_image_load_needs_manifest_and_files(tmp_path: Path) -> None:
+    assert Image.load(tmp_path) is None
+    (tmp_path / "manifest.json").write_text(json.dumps({"key": "k", "kernel_version": "6.1.0-1-amd64"}))
+    assert Image.load(tmp_path) is None  # kernel and cpio missing
+    (tmp_path / "vmlinuz").write_bytes(b"k")
+    (tmp_path / "rootfs.cpio").write_bytes(b"c")
+    image = Image.load(tmp_path)
+    assert image is not None and image.kernel_version == "6.1.0-1-amd64"
+
+
+def test_qemu_argv() -> None:
+    image = Image(Path("/cache/k"), "k", "6.1.0-1-amd64")
+    guest = SPEC.guests[0]
+    argv = qemu_argv(guest, 0, image, Path("/run/lab/vstor"), Path("/run/lab/sock"))
+    joined = shlex.join(argv)
+    assert argv[0] == "qemu-system-x86_64"
+    assert "-accel tcg,tb-size=256 -cpu max" in joined
+    assert "user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:10022-:22" in argv
+    assert "vde,id=storage,sock=/run/lab/sock/switch" in argv
+    assert "virtio-net-pci,netdev=mgmt,mac=52:54:00:fa:00:00" in argv
+    assert "virtio-net-pci,netdev=storage,mac=52:54:00:fa:01:00" in argv
+    assert "nvme,serial=NVME0001,drive=drv-NVME0001" in argv
+    assert any(a.startswith("if=none,id=drv-NVME0001,file=/run/lab/vstor/drive-NVME0001.raw,") for a in argv)
+    assert argv[argv.index("-kernel") + 1] == "/cache/k/vmlinuz"
+    assert argv[argv.index("-initrd") + 1] == "/cache/k/rootfs.cpio"
+    assert argv[argv.index("-m") + 1] == "1024" and argv[argv.index("-smp") + 1] == "1"
+    assert "file:/run/lab/vstor/console.log" in argv
+    assert "name=opt/fabricqa/config.tar,file=/run/lab/vstor/config.tar" in argv
+    # Nothing may listen or forward beyond the loopback address.
+    assert "0.0.0.0" not in joined and "hostfwd=tcp::" not in joined
+    second = qemu_argv(SPEC.guests[1], 1, image, Path("/g"), Path("/s"))
+    assert "virtio-net-pci,netdev=storage,mac=52:54:00:fa:01:01" in second
+    assert not any(a.startswith("nvme,") for a in second)
+
+
+def test_virtio_drive_argv() -> None:
+    guest = Guest("g", 10030, "10.0.0.1/24", drives=(Drive("D1", 64, kind="virtio"),))
+    argv = qemu_argv(guest, 0, Image(Path("/c"), "k", "v"), Path("/g"), Path("/s"))
+    assert "virtio-blk-pci,serial=D1,drive=drv-D1" in argv
+
+
+def test_known_hosts_line() -> None:
+    line = known_hosts_line(10022, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFake vstor\n")
+    assert line == "[127.0.0.1]:10022 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFake"
+
+
+def test_known_hosts_verifies_with_real_ssh_keygen(tmp_path: Path) -> None:
+    key = tmp_path / "host"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    known = tmp_path / "known_hosts"
+    known.write_text(known_hosts_line(10022, key.with_suffix(".pub").read_text()) + "\n")
+    found = subprocess.run(["ssh-keygen", "-F", "[127.0.0.1]:10022", "-f", str(known)], capture_output=True, text=True)
+    assert found.returncode == 0 and "ssh-ed25519" in found.stdout
+    other = subprocess.run(["ssh-keygen", "-F", "[127.0.0.1]:10023", "-f", str(known)], capture_output=True)
+    assert other.returncode != 0
+
+
+def test_guest_env_is_shell_quoted_and_sourced(tmp_path: Path) -> None:
+    env = tmp_path / "guest.env"
+    env.write_text(guest_env(SPEC, SPEC.guests[0], 0))
+    out = subprocess.run(
+        ["sh", "-c", '. "$1"; echo "$FQ_HOSTNAME|$FQ_STORAGE_ADDRESS|$FQ_STORAGE_MTU|$FQ_MODULES"', "-", str(env)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert out == f"vstor|10.10.10.10/24|9000|{' '.join(BOOT_MODULES)}"
+
+
+def test_guest_config_tar(tmp_path: Path) -> None:
+    key = tmp_path / "ssh_host_ed25519_key"
+    key.write_text("PRIVATE")
+    key.with_suffix(".pub").write_text("ssh-ed25519 AAAA vstor\n")
+    blob = guest_config_tar(SPEC, SPEC.guests[1], 1, key, "ssh-ed25519 CLIENT x\n", "#!/bin/sh\n")
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+
+        def read(name: str) -> str:
+            handle = tar.extractfile(name)
+            assert handle is not None
+            return handle.read().decode()
+
+        assert read("etc/hostname") == "init1\n"
+        assert read("etc/iscsi/initiatorname.iscsi") == f"InitiatorName={initiator_name(SPEC, SPEC.guests[1])}\n"
+        assert read("root/.ssh/authorized_keys") == "ssh-ed25519 CLIENT x\n"
+        assert "10.10.10.10\tvstor" in read("etc/hosts")
+        assert members["etc/ssh/ssh_host_ed25519_key"].mode == 0o600
+        assert members["sbin/fabricqa-init"].mode == 0o755
+        assert members["root/.ssh"].isdir() and members["root/.ssh"].mode == 0o700
+        assert all(m.uid == 0 and m.gid == 0 for m in members.values())
+
+
+def test_initiator_names_are_unique_per_guest() -> None:
+    names = {initiator_name(SPEC, g) for g in SPEC.guests}
+    assert len(names) == len(SPEC.guests)
+
+
+def test_socket_dir_stays_short(tmp_path: Path) -> None:
+    assert socket_dir(Path("/r")) == Path("/r/sock")
+    long_dir = tmp_path / ("x" * 120)
+    short = socket_dir(long_dir)
+    assert len(str(short / "switch" / "ctl")) < 100
+    assert socket_dir(long_dir) == short  # stable: stop() finds it again
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"name": "Bad Name"}, "name:"),
+        ({"guests": []}, "at least one guest"),
+        ({"guests": [{"name": "a", "ssh_port": 22, "storage_address": "10.0.0.1/24"}]}, "ssh_port: 22"),
+        ({"guests": [{"name": "a", "ssh_port": 10022, "storage_address": "10.0.0.1"}]}, "IPv4 /prefix"),
+        ({"guests": [{"name": "a", "ssh_port": 10022, "storage_address": "nope/24"}]}, "not an address"),
+        (
+            {"guests": [{"name": "a", "ssh_port": 10022, "storage_address": "10.0.0.1/24", "storage_mtu": 9500}]},
+            "storage_mtu",
+        ),
+        (
+            {
+                "guests": [
+                    {"name": "a", "ssh_port": 10022, "storage_address": "10.0.0.1/24"},
+                    {"name": "a", "ssh_port": 10023, "storage_address": "10.0.0.2/24"},
+                ]
+            },
+            "used twice",
+        ),
+        (
+            {
+                "guests": [
+                    {"name": "a", "ssh_port": 10022, "storage_address": "10.0.0.1/24"},
+                    {"name": "b", "ssh_port": 10023, "storage_address": "10.0.1.2/24"},
+                ]
+            },
+            "2 subnets",
+        ),
+        (
+            {
+                "guests": [
+                    {
+                        "name": "a",
+                        "ssh_port": 10022,
+                        "storage_address": "10.0.0.1/24",
+                        "drives": [{"id": "D1", "size_mb": 8, "kind": "scsi"}],
+                    }
+                ]
+            },
+            "drives[0].kind",
+        ),
+        ({"guests": [{"name": "a", "ssh_port": 10022, "storage_address": "10.0.0.1/24", "cpu": 2}]}, "unknown"),
+    ],
+)
+def test_spec_errors_name_the_key(change: dict[str, object], message: str, tmp_path: Path) -> None:
+    data = {**SPEC.to_dict(), **change}
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(SpecError, match=re.escape(message)) as info:
+        load_spec_json(path)
+    assert str(path) in str(info.value)
+
+
+def test_spec_round_trips_through_json(tmp_path: Path) -> None:
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(SPEC.to_dict()))
+    assert load_spec_json(path) == SPEC
+    assert spec_from_dict(json.loads(path.read_text())) == SPEC
+
+
+def _spawn(argv: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _dead_owner() -> procs.ProcessRef:
+    owner = _spawn([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    ref = procs.ref("owner", owner.pid)
+    owner.wait()
+    return ref
+
+
+def _write_state(run_dir: Path, owner: procs.ProcessRef | None, processes: list[procs.ProcessRef]) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    state = procs.LabState(spec=SPEC.to_dict(), owner=owner, processes=tuple(processes), image_root="", sock_dir="")
+    procs.write_state(run_dir, state)
+
+
+def test_cleanup_stale_kills_processes_of_a_dead_owner(tmp_path: Path) -> None:
+    stand_in = _spawn(["sleep", "300"])  # stands in for a qemu left behind by a killed run
+    try:
+        _write_state(tmp_path / "lab1", _dead_owner(), [procs.ref("qemu vstor", stand_in.pid)])
+        cleaned = procs.cleanup_stale(tmp_path)
+        assert cleaned == [f"qemu vstor (pid {stand_in.pid})"]
+        assert stand_in.wait(timeout=10) == -15  # SIGTERM
+        assert not (tmp_path / "lab1" / procs.STATE_FILE).exists()
+        assert procs.cleanup_stale(tmp_path) == []
+    finally:
+        stand_in.kill()
+
+
+def test_cleanup_stale_spares_live_owner_cli_labs_and_reused_pids(tmp_path: Path) -> None:
+    stand_in = _spawn(["sleep", "300"])
+    try:
+        me = procs.ref("owner", __import__("os").getpid())
+        _write_state(tmp_path / "live", me, [procs.ref("qemu a", stand_in.pid)])
+        _write_state(tmp_path / "cli", None, [procs.ref("qemu b", stand_in.pid)])
+        # Same pid, other start time: the pid was reused by a stranger, which must never be signalled.
+        stranger = procs.ProcessRef("qemu c", stand_in.pid, procs.ref("x", stand_in.pid).start + 1)
+        _write_state(tmp_path / "reused", _dead_owner(), [stranger])
+        assert procs.cleanup_stale(tmp_path) == []
+        assert stand_in.poll() is None
+        assert not (tmp_path / "reused" / procs.STATE_FILE).exists()
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+
+
+def test_watchdog_kills_the_lab_when_its_owner_dies(tmp_path: Path) -> None:
+    owner = _spawn(["sleep", "300"])
+    stand_in = _spawn(["sleep", "300"])
+    try:
+        _write_state(tmp_path, procs.ref("owner", owner.pid), [procs.ref("qemu vstor", stand_in.pid)])
+        watchdog = subprocess.Popen(
+            [sys.executable, "-m", "pytest_fabricqa.vlab.watchdog", str(tmp_path)],
+            cwd=Path(image_mod.__file__).parents[2],
+        )
+        time.sleep(1)
+        assert stand_in.poll() is None  # owner alive: the lab lives
+        owner.kill()
+        owner.wait()
+        assert stand_in.wait(timeout=15) == -15
+        assert watchdog.wait(timeout=15) == 0
+    finally:
+        for proc in (owner, stand_in):
+            proc.kill()
+            proc.wait()
