@@ -1,0 +1,259 @@
+"""Building fio command lines and job files from a workload, and running fio on lab hosts.
+
+Everything is an argv list (the transport quotes it once); job files are plain text the caller ships.
+Client/server mode ("all initiators at once"): each initiator runs ``fio --server``, one client drives them
+all with ``fio --client=ip:HOST1,PORT JOB1 --readonly --client=ip:HOST2,PORT JOB2 --readonly``, so each
+host gets its own job file (its own device paths).
+
+Two fio 3.33 facts found while recording ``tests/data/fio`` shape this module:
+
+- ``readonly`` is a command-line-only option: a job file saying ``readonly`` makes the server drop the job
+  ("Bad option <readonly>", "job global dropped"); a ``--readonly`` given to the client before every
+  ``--client`` does not reach the servers, which then run write jobs unguarded.
+- Per-server options must come after that server's job file: ``--client=A --readonly JOB_A --client=B
+  --readonly JOB_B`` ran JOB_A on both servers, while ``--client=A JOB_A --readonly --client=B JOB_B
+  --readonly`` ran each server's own file with the read-only guard.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Sequence
+
+from pytest_fabricqa.fio.model import ClientServerResult, FioResult, FioServer
+from pytest_fabricqa.fio.parse import fio_messages, parse_client_server, parse_fio_output, split_output
+from pytest_fabricqa.transport.base import CommandError, CommandResult, Host
+from pytest_fabricqa.workloads import Workload
+
+# json+ adds the latency histograms; with them, percentiles of several jobs or hosts combine exactly.
+DEFAULT_OUTPUT_FORMAT = "json+"
+OUTPUT_FORMATS = ("json", "json+")
+FIO_SERVER_PORT = 8765  # fio's default
+# Seconds fio may take beyond runtime + ramp_time: job setup, file layout, connecting to servers.
+TIMEOUT_MARGIN = 120.0
+
+_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class FioError(CommandError):
+    """fio failed on a host (bad option, missing device, a job ending with an errno).
+
+    ``messages`` are fio's own words (its stderr, its ``fio: ...`` lines, the jobs' errors);
+    ``result`` is the command that ran, ``fio_result`` the parsed output when fio still reported.
+    """
+
+    def __init__(
+        self,
+        result: CommandResult,
+        messages: Sequence[str],
+        fio_result: FioResult | ClientServerResult | None = None,
+    ) -> None:
+        self.result = result
+        self.host = result.host
+        self.messages = tuple(messages)
+        self.fio_result = fio_result
+        said = "; ".join(self.messages[:8]) or "no message from fio"
+        Exception.__init__(
+            self,
+            f"{result.host}: fio failed: {said}\n  command (exit {result.exit_code}): {result.command}",
+        )
+
+
+def job_names(devices: Sequence[str], *, prefix: str = "") -> list[str]:
+    """One fio job name per device, from its file name (``/dev/nvme0n1`` -> ``nvme0n1``), made unique."""
+    names: list[str] = []
+    for device in devices:
+        base = _UNSAFE_NAME_CHARS.sub("_", posixpath.basename(device.rstrip("/")) or "device")
+        name = f"{prefix}{base}"
+        candidate, n = name, 2
+        while candidate in names:
+            candidate, n = f"{name}-{n}", n + 1
+        names.append(candidate)
+    return names
+
+
+def _workload_options(workload: Workload, *, group_reporting: bool) -> list[tuple[str, str]]:
+    """The global options of a run, in the order fio prints them: engine, timing, pattern, extras."""
+    options = [("ioengine", "libaio"), ("direct", "1"), ("time_based", "")]
+    options.extend(workload.options.items())
+    if group_reporting:
+        options.append(("group_reporting", ""))
+    return options
+
+
+def _check_devices(devices: Sequence[str]) -> None:
+    if not devices:
+        raise ValueError("fio needs at least one device")
+    for device in devices:
+        if not device or "\n" in device or "\r" in device:
+            raise ValueError(f"not a device path: {device!r}")
+
+
+def fio_argv(
+    workload: Workload,
+    devices: Sequence[str],
+    *,
+    fio: str = "fio",
+    output_format: str = DEFAULT_OUTPUT_FORMAT,
+    group_reporting: bool = True,
+) -> list[str]:
+    """The argv that runs ``workload`` on every device at once, one job section per device.
+
+    Read workloads get ``--readonly``: fio itself then refuses any write, whatever the options say.
+    """
+    _check_devices(devices)
+    if output_format not in OUTPUT_FORMATS:
+        raise ValueError(f"output_format must be one of {OUTPUT_FORMATS}, not {output_format!r}")
+    argv = [fio, f"--output-format={output_format}"]
+    argv.extend(f"--{name}={value}" if value else f"--{name}" for name, value in
+                _workload_options(workload, group_reporting=group_reporting))  # fmt: skip
+    if not workload.writes:
+        argv.append("--readonly")
+    for name, device in zip(job_names(devices), devices, strict=True):
+        argv.extend((f"--name={name}", f"--filename={device}"))
+    return argv
+
+
+def job_file(workload: Workload, devices: Sequence[str], *, group_reporting: bool = True, prefix: str = "") -> str:
+    """A job file running ``workload`` on every device: a ``[global]`` section, one section per device.
+
+    It never says ``readonly`` (fio rejects that in a job file): pass ``readonly=not workload.writes`` to
+    :func:`client_argv`, which puts ``--readonly`` on the command line.
+    """
+    _check_devices(devices)
+    lines = [f"; pytest-fabricqa workload {workload.name}", "[global]"]
+    lines.extend(f"{name}={value}" if value else name for name, value in
+                 _workload_options(workload, group_reporting=group_reporting))  # fmt: skip
+    for name, device in zip(job_names(devices, prefix=prefix), devices, strict=True):
+        lines.extend(("", f"[{name}]", f"filename={device}"))
+    return "\n".join(lines) + "\n"
+
+
+def server_argv(
+    *, address: str | None = None, port: int = FIO_SERVER_PORT, pidfile: str | None = None, fio: str = "fio"
+) -> list[str]:
+    """``fio --server=ip:ADDRESS,PORT`` (all addresses when None), daemonized with a pid file if given."""
+    spec = f",{port}" if address is None else FioServer("server", address, port).connect_string
+    argv = [fio, f"--server={spec}"]
+    if pidfile is not None:
+        argv.append(f"--daemonize={pidfile}")
+    return argv
+
+
+def server_stop_argv(pidfile: str) -> list[str]:
+    """Stop the fio server whose pid is in ``pidfile`` (by that pid, never by process name)."""
+    return ["pkill", "--pidfile", pidfile]
+
+
+def client_argv(
+    clients: Sequence[tuple[FioServer, str]],
+    *,
+    readonly: bool,
+    fio: str = "fio",
+    output_format: str = DEFAULT_OUTPUT_FORMAT,
+) -> list[str]:
+    """``fio --client=SERVER JOBFILE [--readonly] ...``: each server runs its own job file (a path on the
+    host running the client). ``--readonly`` follows each job file; see the module docstring for why."""
+    if not clients:
+        raise ValueError("a client/server run needs at least one fio server")
+    if output_format not in OUTPUT_FORMATS:
+        raise ValueError(f"output_format must be one of {OUTPUT_FORMATS}, not {output_format!r}")
+    argv = [fio, f"--output-format={output_format}"]
+    for server, path in clients:
+        argv.extend((f"--client={server.connect_string}", path))
+        if readonly:
+            argv.append("--readonly")
+    return argv
+
+
+def fio_timeout(workload: Workload) -> float:
+    """How long to wait for fio before calling it hung: runtime + ramp_time + a margin for setup."""
+    return float(workload.runtime + workload.ramp_time) + TIMEOUT_MARGIN
+
+
+def run_fio(
+    host: Host,
+    workload: Workload,
+    devices: Sequence[str],
+    *,
+    fio: str = "fio",
+    output_format: str = DEFAULT_OUTPUT_FORMAT,
+    group_reporting: bool = True,
+    timeout: float | None = None,
+) -> FioResult:
+    """Run ``workload`` on ``devices`` of ``host`` and return its figures; raise :class:`FioError` with
+    fio's own message when fio fails or a job ends with an error."""
+    argv = fio_argv(workload, devices, fio=fio, output_format=output_format, group_reporting=group_reporting)
+    command = host.run(argv, check=False, timeout=fio_timeout(workload) if timeout is None else timeout)
+    return result_or_raise(command)
+
+
+def result_or_raise(command: CommandResult) -> FioResult:
+    """Parse a finished stand-alone fio command, raising :class:`FioError` if fio or any job failed."""
+    try:
+        result = parse_fio_output(command.stdout, host=command.host)
+    except ValueError as exc:
+        if command.ok:
+            raise
+        notes = _notes(command.stdout)
+        raise FioError(command, fio_messages(notes, command.stderr) or (str(exc),)) from None
+    if not command.ok or result.errors:
+        raise FioError(command, fio_messages(result.notes, command.stderr) + result.errors, result)
+    return result
+
+
+def run_fio_clients(
+    controller: Host,
+    jobs: Sequence[tuple[FioServer, Sequence[str]]],
+    workload: Workload,
+    *,
+    workdir: str = "/tmp",
+    fio: str = "fio",
+    output_format: str = DEFAULT_OUTPUT_FORMAT,
+    group_reporting: bool = True,
+    timeout: float | None = None,
+) -> ClientServerResult:
+    """Run ``workload`` on every server's devices at once, from a fio client on ``controller``.
+
+    The servers must already run ``fio --server`` (:func:`server_argv`). Each server's job file is
+    written to ``workdir`` on the controller (``tee``, the text on stdin) and named after server and
+    workload. Raises :class:`FioError` when fio fails or any job on any server ends with an error.
+    """
+    clients: list[tuple[FioServer, str]] = []
+    for server, devices in jobs:
+        text = job_file(workload, devices, group_reporting=group_reporting, prefix=f"{server.name}.")
+        safe = _UNSAFE_NAME_CHARS.sub("_", f"fabricqa-{server.name}-{workload.name}.fio")
+        path = posixpath.join(workdir, safe)
+        controller.run(["tee", path], stdin=text)
+        clients.append((server, path))
+    argv = client_argv(clients, readonly=not workload.writes, fio=fio, output_format=output_format)
+    command = controller.run(argv, check=False, timeout=fio_timeout(workload) if timeout is None else timeout)
+    return client_result_or_raise(command, servers=[server for server, _ in jobs])
+
+
+def client_result_or_raise(command: CommandResult, *, servers: Sequence[FioServer] = ()) -> ClientServerResult:
+    """Parse a finished client/server fio command, raising :class:`FioError` if fio or any job failed."""
+    try:
+        result = parse_client_server(command.stdout, servers=servers, host=command.host)
+    except ValueError as exc:
+        if command.ok:
+            raise
+        raise FioError(command, fio_messages(_notes(command.stdout), command.stderr) or (str(exc),)) from None
+    errors = tuple(error for host in result.hosts for error in host.errors)
+    messages = fio_messages(result.notes, command.stderr)
+    reported = {host.host for host in result.hosts}
+    # A server that dropped its job (a bad option in its job file) is simply absent from client_stats.
+    silent = tuple(f"server {s.name} ({s.connect_string}) reported no job" for s in servers if s.name not in reported)
+    if not result.hosts:
+        silent = silent or ("no server reported any job",)
+    if not command.ok or errors or silent:
+        raise FioError(command, messages + errors + silent, result)
+    return result
+
+
+def _notes(stdout: str) -> tuple[str, ...]:
+    try:
+        return split_output(stdout)[1]
+    except ValueError:
+        return tuple(line.rstrip() for line in stdout.splitlines() if line.strip())

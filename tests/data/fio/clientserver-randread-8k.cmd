@@ -1,0 +1,1 @@
+fio --output-format=json --client=ip:127.0.0.1,8766 /tmp/fqa-record/client0.fio --readonly --client=ip:127.0.0.1,8767 /tmp/fqa-record/client1.fio --readonly

@@ -1,0 +1,1 @@
+fio --output-format=json --ioengine=libaio --direct=1 --time_based --runtime=3 --ramp_time=1 --group_reporting --rw=randread --bs=8k --numjobs=2 --iodepth=16 --readonly --name=dev0 --filename=/tmp/fqa-record/dev0.img --name=dev1 --filename=/tmp/fqa-record/dev1.img

@@ -1,0 +1,1 @@
+fio --output-format=json --ioengine=libaio --direct=1 --time_based --runtime=3 --ramp_time=1 --group_reporting --rw=write --bs=1m --numjobs=1 --iodepth=4 --name=dev0 --filename=/tmp/fqa-record/dev0.img
