@@ -18,8 +18,7 @@ from pytest_fabricqa.oracle.sql import query
 PROCEDURE = "DBMS_RESOURCE_MANAGER.CALIBRATE_IO"
 
 _PARAMETERS_SQL = (
-    "SELECT NAME, VALUE FROM V$PARAMETER "
-    "WHERE NAME IN ('timed_statistics', 'disk_asynch_io', 'filesystemio_options')"
+    "SELECT NAME, VALUE FROM V$PARAMETER WHERE NAME IN ('timed_statistics', 'disk_asynch_io', 'filesystemio_options')"
 )
 _DATAFILE_ASYNC_SQL = (
     "SELECT F.NAME, I.ASYNCH_IO FROM V$DATAFILE F, V$IOSTAT_FILE I "

@@ -285,9 +285,7 @@ def _disk_problems(row: Row, group: str, inst: int, normal_mount: str, view: Vie
     if mode != "ONLINE":
         # SYNCING is a disk coming back online: redundancy is being restored, not yet lost.
         severity = Severity.SOFT if mode == "SYNCING" else Severity.HARD
-        yield problem(
-            severity, "disk-mode-status", f"{where} has MODE_STATUS {mode or 'empty'}, expected ONLINE."
-        )
+        yield problem(severity, "disk-mode-status", f"{where} has MODE_STATUS {mode or 'empty'}, expected ONLINE.")
 
     mount = _text(row, "MOUNT_STATUS")
     if mount != normal_mount:
@@ -317,8 +315,7 @@ def _disk_problems(row: Row, group: str, inst: int, normal_mount: str, view: Vie
         yield problem(
             Severity.HARD,
             "disk-repair-timer",
-            f"{where} has REPAIR_TIMER {timer} s: it failed and will be dropped when the timer runs out "
-            "(expected 0).",
+            f"{where} has REPAIR_TIMER {timer} s: it failed and will be dropped when the timer runs out (expected 0).",
         )
 
 
@@ -363,8 +360,7 @@ def _operation_problems(row: Row, group: str, inst: int) -> Iterable[Problem]:
         yield problem(
             Severity.HARD,
             "operation-error",
-            f"A {operation} on disk group {group} on instance {inst} stopped in state "
-            f"{state or 'empty'}{detail}.",
+            f"A {operation} on disk group {group} on instance {inst} stopped in state {state or 'empty'}{detail}.",
         )
     elif state in _ACTIVE_OPERATION_STATES:
         yield problem(

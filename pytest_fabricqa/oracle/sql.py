@@ -156,8 +156,7 @@ def read_disks(connection: Any) -> list[Row]:
     """Rows of GV$ASM_DISK for disks in a disk group (GROUP_NUMBER > 0)."""
     return query(
         connection,
-        _select("GV$ASM_DISK", DISK_COLUMNS)
-        + " WHERE GROUP_NUMBER > 0 ORDER BY INST_ID, GROUP_NUMBER, DISK_NUMBER",
+        _select("GV$ASM_DISK", DISK_COLUMNS) + " WHERE GROUP_NUMBER > 0 ORDER BY INST_ID, GROUP_NUMBER, DISK_NUMBER",
     )
 
 
