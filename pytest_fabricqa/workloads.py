@@ -1,0 +1,403 @@
+"""The fio workload matrix: what users run by hand in the seed reports, as named sets of workloads.
+
+Sets (see :data:`SETS`):
+
+- ``oracle-8k`` (seed 000, NVMe-oF vs iSER for Oracle RAC): 8 KiB random read and write, numjobs 4,
+  iodepth 128.
+- ``allflash-4k`` (seed 002, iSCSI vs NVMe/TCP on Optane): 4 KiB random read and write over numjobs 1, 2, 4
+  x iodepth 1, 8, 32, 128, 256 (iSCSI peaked at 1 job x QD 32, NVMe/TCP at 2 jobs x QD 256).
+- ``allflash-1m`` (seed 002): 1 MiB sequential read and write, one job, iodepth 1, 4, 16, 64 (iSCSI read
+  peaked at QD 4).
+- ``softroce-8k`` (seed 001, iSCSI over TCP vs Soft-RoCE): 8 KiB sequential and random read and write over
+  numjobs 1, 2, 4, 6, 8 on a 2 GiB region; ``softroce-8k-512m``: the same four at numjobs 4 on 512 MiB.
+  The seed gives no queue depth, so these run at fio's default, 1.
+
+A workload's name says what it is (``randread-8k-qd128-j4``) and is unique across the matrix; the test id
+of a case is ``<protocol>-<workload name>`` (:func:`case_id`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+READ_ONLY_RW = frozenset({"read", "randread"})
+WRITING_RW = frozenset(
+    {"write", "randwrite", "rw", "readwrite", "randrw", "trim", "randtrim", "trimwrite", "randtrimwrite"}
+)
+
+DEFAULT_RUNTIME = 60  # seconds; seed 000 ran every fio test for 60 s
+DEFAULT_RAMP_TIME = 5  # seconds of warm-up fio leaves out of the figures
+
+# Options the workload's own fields or the command builder set; "extra" options may not override them
+# (ioengine and direct are fixed: the plugin measures the fabric with libaio and O_DIRECT, as the seeds do).
+RESERVED_OPTIONS = frozenset(
+    {
+        "name", "filename", "readonly", "output", "output-format", "client", "server",
+        "ioengine", "direct", "time_based", "runtime", "ramp_time", "rw", "readwrite", "bs", "blocksize",
+        "numjobs", "iodepth", "size", "offset", "group_reporting",
+    }
+)  # fmt: skip
+
+_OPTION_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class MatrixError(ValueError):
+    """A workload or a lab file's workload overrides are invalid; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One fio workload: what to run on every device of a case.
+
+    ``writes`` must be True exactly when ``rw`` writes: a workload that overwrites the device says so
+    explicitly (seed 000's raw-device write tests destroyed an ASM disk group). Read workloads run with
+    fio's ``--readonly`` guard. ``extra`` holds further fio options as (name, value) pairs; an empty value
+    is a flag option such as ``norandommap``.
+    """
+
+    name: str
+    rw: str
+    bs: str
+    numjobs: int = 1
+    iodepth: int = 1
+    runtime: int = DEFAULT_RUNTIME
+    ramp_time: int = DEFAULT_RAMP_TIME
+    size: str | None = None
+    offset: str | None = None
+    writes: bool = False
+    extra: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        where = f"workload {self.name!r}"
+        if not _NAME.match(self.name):
+            raise MatrixError(f"{where}: a name uses letters, digits, '.', '_' and '-' only")
+        if self.rw not in READ_ONLY_RW | WRITING_RW:
+            known = ", ".join(sorted(READ_ONLY_RW | WRITING_RW))
+            raise MatrixError(f"{where}: rw={self.rw!r} is not an fio I/O pattern ({known})")
+        if self.rw in WRITING_RW and not self.writes:
+            raise MatrixError(
+                f"{where}: rw={self.rw} overwrites the device; set writes: true to confirm that is intended"
+            )
+        if self.rw in READ_ONLY_RW and self.writes:
+            raise MatrixError(f"{where}: rw={self.rw} only reads; writes: true does not apply")
+        for key, value, least in (
+            ("numjobs", self.numjobs, 1),
+            ("iodepth", self.iodepth, 1),
+            ("runtime", self.runtime, 1),
+            ("ramp_time", self.ramp_time, 0),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise MatrixError(f"{where}: {key} must be a whole number >= {least}, not {value!r}")
+        for key, text in (("bs", self.bs), ("size", self.size), ("offset", self.offset)):
+            if text is not None and (not text or any(c.isspace() for c in text)):
+                raise MatrixError(f"{where}: {key}={text!r} must be one fio size word such as 8k or 2g")
+        for option, option_value in self.extra:
+            _check_extra_option(where, option, option_value)
+
+    @property
+    def options(self) -> dict[str, str]:
+        """The workload's fio options (without device, engine and output options), in fio's spelling."""
+        options = {
+            "rw": self.rw,
+            "bs": self.bs,
+            "numjobs": str(self.numjobs),
+            "iodepth": str(self.iodepth),
+            "runtime": str(self.runtime),
+            "ramp_time": str(self.ramp_time),
+        }
+        if self.size is not None:
+            options["size"] = self.size
+        if self.offset is not None:
+            options["offset"] = self.offset
+        options.update(self.extra)
+        return options
+
+    def with_runtime(self, runtime: int, ramp_time: int | None = None) -> Workload:
+        """The same workload for a different duration."""
+        return replace(self, runtime=runtime, ramp_time=self.ramp_time if ramp_time is None else ramp_time)
+
+
+def _check_extra_option(where: str, option: str, value: str) -> None:
+    if not _OPTION_NAME.match(option):
+        raise MatrixError(f"{where}: option {option!r} is not an fio option name (write it without '--')")
+    if option in RESERVED_OPTIONS:
+        raise MatrixError(f"{where}: option {option!r} is set by the workload itself, not by extra options")
+    # A newline would start a new line (a new option) in a job file.
+    if "\n" in value or "\r" in value:
+        raise MatrixError(f"{where}: the value of option {option!r} must be one line")
+
+
+def workload_name(rw: str, bs: str, *, iodepth: int, numjobs: int, size: str | None = None) -> str:
+    """The matrix's naming scheme: ``randread-8k-qd128-j4`` (``-512m`` appended for a sized region)."""
+    name = f"{rw}-{bs}-qd{iodepth}-j{numjobs}"
+    return f"{name}-{size}" if size else name
+
+
+def make_workload(
+    rw: str,
+    bs: str,
+    *,
+    numjobs: int = 1,
+    iodepth: int = 1,
+    runtime: int = DEFAULT_RUNTIME,
+    ramp_time: int = DEFAULT_RAMP_TIME,
+    size: str | None = None,
+) -> Workload:
+    """A workload named by :func:`workload_name`, marked as writing when ``rw`` writes."""
+    return Workload(
+        name=workload_name(rw, bs, iodepth=iodepth, numjobs=numjobs, size=size),
+        rw=rw,
+        bs=bs,
+        numjobs=numjobs,
+        iodepth=iodepth,
+        runtime=runtime,
+        ramp_time=ramp_time,
+        size=size,
+        writes=rw in WRITING_RW,
+    )
+
+
+def _sweep(
+    rws: Iterable[str], bs: str, numjobs: Iterable[int], iodepths: Iterable[int], size: str | None = None
+) -> tuple[Workload, ...]:
+    return tuple(
+        make_workload(rw, bs, numjobs=jobs, iodepth=depth, size=size)
+        for rw in rws
+        for jobs in numjobs
+        for depth in iodepths
+    )
+
+
+SETS: Mapping[str, tuple[Workload, ...]] = {
+    "oracle-8k": _sweep(("randread", "randwrite"), "8k", (4,), (128,)),
+    "allflash-4k": _sweep(("randread", "randwrite"), "4k", (1, 2, 4), (1, 8, 32, 128, 256)),
+    "allflash-1m": _sweep(("read", "write"), "1m", (1,), (1, 4, 16, 64)),
+    "softroce-8k": _sweep(("write", "read", "randwrite", "randread"), "8k", (1, 2, 4, 6, 8), (1,), "2g"),
+    "softroce-8k-512m": _sweep(("write", "read", "randwrite", "randread"), "8k", (4,), (1,), "512m"),
+}
+
+# Where each set comes from, for reports and --help texts.
+SET_SOURCES: Mapping[str, str] = {
+    "oracle-8k": "seed 000: NVMe-oF vs iSER for Oracle RAC, fio 8k randread/randwrite numjobs 4 iodepth 128",
+    "allflash-4k": "seed 002: iSCSI vs NVMe/TCP on all-flash, 4 KiB random over numjobs x iodepth to QD 256",
+    "allflash-1m": "seed 002: iSCSI vs NVMe/TCP on all-flash, 1 MiB sequential read/write",
+    "softroce-8k": "seed 001: iSCSI over TCP vs Soft-RoCE, 8 KiB on 2 GB, numjobs 1, 2, 4, 6, 8",
+    "softroce-8k-512m": "seed 001: iSCSI over TCP vs Soft-RoCE, 8 KiB on 512 MB, numjobs 4",
+}
+
+DEFAULT_SETS: tuple[str, ...] = tuple(SETS)
+
+_OVERRIDE_KEYS = ("sets", "disable", "only", "exclude", "runtime", "ramp_time", "workloads", "extra")
+_PER_WORKLOAD_KEYS = ("runtime", "ramp_time", "size", "offset")
+_EXTRA_KEYS = (
+    "name", "rw", "bs", "numjobs", "iodepth", "runtime", "ramp_time", "size", "offset", "writes", "options",
+)  # fmt: skip
+
+
+def load_matrix(overrides: Mapping[str, Any] | None = None, *, runtime_override: int | None = None) -> list[Workload]:
+    """The workloads to run: the default sets, changed by a lab file's overrides.
+
+    ``overrides`` (all keys optional; a YAML example)::
+
+        sets: [oracle-8k, allflash-4k]   # the sets to run, in this order (default: all of SETS)
+        disable: [allflash-1m]           # sets to leave out
+        only: ["rand*-8k-*"]             # keep only workloads whose name matches a pattern (fnmatch)
+        exclude: ["*-qd256-*"]           # then drop workloads whose name matches a pattern
+        runtime: 30                      # seconds, for every workload
+        ramp_time: 5                     # seconds, for every workload
+        workloads:                       # per workload, by exact name: runtime, ramp_time, size, offset
+          randread-8k-qd128-j4: {runtime: 120}
+        extra:                           # more workloads (appended after the sets)
+          - {name: randread-16k-qd64-j2, rw: randread, bs: 16k, numjobs: 2, iodepth: 64,
+             options: {norandommap: ""}}
+          - {name: randrw-8k-70-qd32-j4, rw: randrw, bs: 8k, numjobs: 4, iodepth: 32, writes: true,
+             options: {rwmixread: 70}}
+
+    Runtime precedence, strongest first: ``runtime_override`` (the command line, for a quick smoke run),
+    the per-workload ``workloads.<name>.runtime``, the lab-wide ``runtime``, the workload's own. A
+    workload that appears in two enabled sets runs once. ``only``/``exclude`` also apply to ``extra``.
+    An empty result is returned as an empty list (the caller decides whether that is a mistake).
+    Invalid overrides raise :class:`MatrixError` naming the key, e.g. ``sets[1]: unknown set ...``.
+    """
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - set(_OVERRIDE_KEYS))
+    if unknown:
+        raise MatrixError(f"{unknown[0]}: unknown key; the known keys are {', '.join(_OVERRIDE_KEYS)}")
+
+    sets = _names(overrides, "sets", default=DEFAULT_SETS)
+    disabled = _names(overrides, "disable", default=())
+    for key, names in (("sets", sets), ("disable", disabled)):
+        for index, name in enumerate(names):
+            if name not in SETS:
+                raise MatrixError(f"{key}[{index}]: unknown set {name!r}; known sets: {', '.join(SETS)}")
+
+    chosen: dict[str, Workload] = {}
+    for set_name in sets:
+        if set_name in disabled:
+            continue
+        for workload in SETS[set_name]:
+            chosen.setdefault(workload.name, workload)
+
+    for index, spec in enumerate(_list(overrides, "extra")):
+        workload = _extra_workload(f"extra[{index}]", spec)
+        if workload.name in chosen or workload.name in _all_set_names():
+            raise MatrixError(
+                f"extra[{index}]: a workload named {workload.name!r} already exists; give it another name"
+            )
+        chosen[workload.name] = workload
+
+    only = _names(overrides, "only", default=())
+    exclude = _names(overrides, "exclude", default=())
+    workloads = [
+        w
+        for w in chosen.values()
+        if (not only or any(fnmatch.fnmatchcase(w.name, p) for p in only))
+        and not any(fnmatch.fnmatchcase(w.name, p) for p in exclude)
+    ]
+
+    lab_runtime = _optional_int(overrides, "runtime", least=1)
+    lab_ramp = _optional_int(overrides, "ramp_time", least=0)
+    per_workload = _per_workload(overrides, known=_all_set_names() | set(chosen))
+
+    result: list[Workload] = []
+    for workload in workloads:
+        changes: dict[str, Any] = {}
+        if lab_runtime is not None:
+            changes["runtime"] = lab_runtime
+        if lab_ramp is not None:
+            changes["ramp_time"] = lab_ramp
+        changes.update(per_workload.get(workload.name, {}))
+        if runtime_override is not None:
+            changes["runtime"] = runtime_override
+        result.append(replace(workload, **changes) if changes else workload)
+    return result
+
+
+def case_id(protocol: str, workload: Workload | str) -> str:
+    """The readable test id of one case: ``nvme-rdma-randread-8k-qd128-j4``."""
+    name = workload if isinstance(workload, str) else workload.name
+    return f"{protocol}-{name}"
+
+
+def _all_set_names() -> set[str]:
+    return {workload.name for workloads in SETS.values() for workload in workloads}
+
+
+def _names(overrides: Mapping[str, Any], key: str, *, default: Sequence[str]) -> tuple[str, ...]:
+    if key not in overrides or overrides[key] is None:
+        return tuple(default)
+    value = overrides[key]
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise MatrixError(f"{key}: expected a list of names, not {value!r}")
+    return tuple(value)
+
+
+def _list(overrides: Mapping[str, Any], key: str) -> list[Any]:
+    value = overrides.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list | tuple):
+        raise MatrixError(f"{key}: expected a list, not {type(value).__name__}")
+    return list(value)
+
+
+def _optional_int(spec: Mapping[str, Any], key: str, *, least: int, where: str = "") -> int | None:
+    value = spec.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise MatrixError(f"{where}{key}: expected a whole number >= {least}, not {value!r}")
+    return value
+
+
+def _optional_str(spec: Mapping[str, Any], key: str, *, where: str) -> str | None:
+    value = spec.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise MatrixError(f"{where}{key}: expected an fio size such as 8k, not {value!r}")
+    return str(value)
+
+
+def _per_workload(overrides: Mapping[str, Any], *, known: set[str]) -> dict[str, dict[str, Any]]:
+    raw = overrides.get("workloads")
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise MatrixError(f"workloads: expected a mapping of workload name to settings, not {raw!r}")
+    result: dict[str, dict[str, Any]] = {}
+    for name, spec in raw.items():
+        where = f"workloads.{name}."
+        if name not in known:
+            raise MatrixError(f"workloads.{name}: no workload has this name (names look like randread-8k-qd128-j4)")
+        if not isinstance(spec, Mapping):
+            raise MatrixError(f"workloads.{name}: expected a mapping such as {{runtime: 120}}")
+        unknown = sorted(set(spec) - set(_PER_WORKLOAD_KEYS))
+        if unknown:
+            raise MatrixError(f"{where}{unknown[0]}: unknown key; allowed: {', '.join(_PER_WORKLOAD_KEYS)}")
+        changes: dict[str, Any] = {}
+        for key, least in (("runtime", 1), ("ramp_time", 0)):
+            number = _optional_int(spec, key, least=least, where=where)
+            if number is not None:
+                changes[key] = number
+        for key in ("size", "offset"):
+            text = _optional_str(spec, key, where=where)
+            if text is not None:
+                changes[key] = text
+        result[str(name)] = changes
+    return result
+
+
+def _extra_workload(where: str, spec: Any) -> Workload:
+    if not isinstance(spec, Mapping):
+        raise MatrixError(f"{where}: expected a mapping with name, rw, bs, numjobs, iodepth")
+    unknown = sorted(set(spec) - set(_EXTRA_KEYS))
+    if unknown:
+        raise MatrixError(f"{where}.{unknown[0]}: unknown key; allowed: {', '.join(_EXTRA_KEYS)}")
+    for key in ("name", "rw", "bs"):
+        if not isinstance(spec.get(key), str | int) or isinstance(spec.get(key), bool):
+            raise MatrixError(f"{where}.{key}: required, e.g. name: randread-16k-qd64-j2, rw: randread, bs: 16k")
+    options = spec.get("options") or {}
+    if not isinstance(options, Mapping):
+        raise MatrixError(f"{where}.options: expected a mapping of fio option to value")
+    writes = spec.get("writes", False)
+    if not isinstance(writes, bool):
+        raise MatrixError(f"{where}.writes: expected true or false, not {writes!r}")
+    try:
+        return Workload(
+            name=str(spec["name"]),
+            rw=str(spec["rw"]),
+            bs=str(spec["bs"]),
+            numjobs=_optional_int(spec, "numjobs", least=1, where=f"{where}.") or 1,
+            iodepth=_optional_int(spec, "iodepth", least=1, where=f"{where}.") or 1,
+            runtime=_optional_int(spec, "runtime", least=1, where=f"{where}.") or DEFAULT_RUNTIME,
+            ramp_time=_ramp(spec, where),
+            size=_optional_str(spec, "size", where=f"{where}."),
+            offset=_optional_str(spec, "offset", where=f"{where}."),
+            writes=writes,
+            extra=_extra_options(options),
+        )
+    except MatrixError as exc:
+        raise MatrixError(f"{where}: {exc}") from None
+
+
+def _extra_options(options: Mapping[Any, Any]) -> tuple[tuple[str, str], ...]:
+    """YAML option values as fio's strings: ``true``/empty is a flag option, ``false`` leaves it out."""
+    result: list[tuple[str, str]] = []
+    for key, value in options.items():
+        if value is False:
+            continue
+        result.append((str(key), "" if value is None or value is True else str(value)))
+    return tuple(result)
+
+
+def _ramp(spec: Mapping[str, Any], where: str) -> int:
+    value = _optional_int(spec, "ramp_time", least=0, where=f"{where}.")
+    return DEFAULT_RAMP_TIME if value is None else value
