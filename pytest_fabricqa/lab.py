@@ -15,6 +15,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, IPvAnyAddress, ValidationError, field_validator, model_validator
 
+from pytest_fabricqa.oracle.settings import OracleSettings
+
 PROTOCOLS: tuple[str, ...] = ("nvme-tcp", "nvme-rdma", "iscsi", "iser")
 TARGET_KINDS: tuple[str, ...] = ("nvmet", "lio", "spdk", "scst", "tgt", "external")
 ROLES: tuple[str, ...] = ("target", "initiator", "db")
@@ -219,7 +221,7 @@ class LabModel(_Model):
     thresholds: dict[str, dict[str, ThresholdModel]] = {}
     workloads: dict[str, Any] = {}
     tolerances: dict[str, float] = {}
-    database: dict[str, Any] | None = None
+    database: OracleSettings | None = None
     vlab: dict[str, VlabGuest] | None = None
 
     @field_validator("hosts")
@@ -353,7 +355,7 @@ def _one_line(path: Path, exc: ValidationError, lines: dict[tuple[str, ...], int
     kind = first["type"]
     if kind == "missing":
         text = f"{key}: required key is missing"
-    elif kind == "extra_forbidden":
+    elif kind in ("extra_forbidden", "unexpected_keyword_argument"):
         text = f"{key}: unknown key; check the spelling (see labs/rac3.yaml for the format)"
     elif kind == "literal_error":
         text = f"{key}: {first['input']!r} is not allowed; allowed: {first.get('ctx', {}).get('expected', '')}"

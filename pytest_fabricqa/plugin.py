@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 LAB_KEY = pytest.StashKey["LabModel | None"]()
 PROTOCOLS_KEY = pytest.StashKey["list[str]"]()
 SESSION_KEY = pytest.StashKey["LabSession"]()
+ORACLE_SKIPPED_KEY = pytest.StashKey[int]()
 
 
 def _protocol_option(value: str) -> str:
@@ -62,6 +63,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "loads_target: the case puts load on the target (never run two at once)")
     config.addinivalue_line("markers", "roles(*roles): run the case only on lab hosts with one of these roles")
     config.addinivalue_line("markers", "fabric(*kinds): run the case only for protocols over these fabrics (tcp, rdma)")
+    config.addinivalue_line("markers", "oracle_live: needs the live Oracle RAC the lab's database section names")
+    config.addinivalue_line("markers", "fabricqa_phase(when): 'before' runs first, 'after' runs last")
     config.addinivalue_line("markers", "vlab: needs the virtual lab (QEMU guests); slow")
     value = config.getoption("lab", None)
     if not value:
@@ -138,6 +141,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     from pytest_fabricqa.grouping import load_group
 
+    if lab.database is None:
+        oracle = [i for i in items if i.get_closest_marker("oracle_live") is not None]
+        if oracle:
+            config.hook.pytest_deselected(items=oracle)
+            items[:] = [i for i in items if i not in oracle]
+            config.stash[ORACLE_SKIPPED_KEY] = len(oracle)
+    phase = {"before": 0, "after": 2}
+    items.sort(key=lambda i: phase.get(_phase_of(i), 1))  # stable: file order kept within a phase
+
     # A case restricted by @pytest.mark.fabric to protocols not selected in this run is not applicable here.
     inapplicable = [i for i in items if "protocol" in getattr(i, "fixturenames", ()) and not _protocol_of(i)]
     if inapplicable:
@@ -147,6 +159,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("loads_target") is None:
             continue
         item.add_marker(pytest.mark.xdist_group(name=load_group(lab, _protocol_of(item))))
+
+
+def _phase_of(item: pytest.Item) -> str:
+    mark = item.get_closest_marker("fabricqa_phase")
+    return str(mark.args[0]) if mark else ""
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Say plainly when the Oracle checks were not exercised."""
+    lab = _lab(config)
+    if lab is not None and lab.database is None and config.stash.get(ORACLE_SKIPPED_KEY, 0):
+        terminalreporter.write_line(
+            f"fabricqa: Oracle checks were not exercised (lab {lab.name!r} declares no database)"
+        )
 
 
 def _protocol_of(item: pytest.Item) -> str | None:

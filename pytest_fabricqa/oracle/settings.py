@@ -35,6 +35,7 @@ Credentials never live in the lab file: only the names of the environment variab
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 DEFAULT_USER_ENV = "FABRICQA_ORACLE_USER"
 DEFAULT_PASSWORD_ENV = "FABRICQA_ORACLE_PASSWORD"
@@ -43,6 +44,8 @@ DEFAULT_PASSWORD_ENV = "FABRICQA_ORACLE_PASSWORD"
 @dataclass(frozen=True)
 class ConnectSettings:
     """Where and how to connect: host/port/service_name, or a full connect ``descriptor``."""
+
+    __pydantic_config__: ClassVar[dict[str, str]] = {"extra": "forbid"}  # the lab model rejects unknown keys
 
     host: str | None = None
     port: int = 1521
@@ -67,6 +70,8 @@ class ConnectSettings:
 class AsmcmdSettings:
     """How to run asmcmd on a lab host: as which OS user, with which ORACLE_HOME and ORACLE_SID."""
 
+    __pydantic_config__: ClassVar[dict[str, str]] = {"extra": "forbid"}  # the lab model rejects unknown keys
+
     host: str
     oracle_home: str
     oracle_sid: str = "+ASM"
@@ -77,6 +82,8 @@ class AsmcmdSettings:
 class CalibrateThresholds:
     """Gates on a CALIBRATE_IO result; None means not gated."""
 
+    __pydantic_config__: ClassVar[dict[str, str]] = {"extra": "forbid"}  # the lab model rejects unknown keys
+
     min_iops: int | None = None
     min_mbps: int | None = None
     max_latency_ms: int | None = None
@@ -85,6 +92,8 @@ class CalibrateThresholds:
 @dataclass(frozen=True)
 class CalibrateSettings:
     """Inputs of DBMS_RESOURCE_MANAGER.CALIBRATE_IO and the gates on its result."""
+
+    __pydantic_config__: ClassVar[dict[str, str]] = {"extra": "forbid"}  # the lab model rejects unknown keys
 
     num_physical_disks: int = 1
     max_latency_ms: int = 20
@@ -95,6 +104,8 @@ class CalibrateSettings:
 @dataclass(frozen=True)
 class OracleSettings:
     """Everything the Oracle checks need from the lab's ``database:`` section."""
+
+    __pydantic_config__: ClassVar[dict[str, str]] = {"extra": "forbid"}  # the lab model rejects unknown keys
 
     diskgroups: tuple[str, ...]
     asm: ConnectSettings | None = None

@@ -155,3 +155,15 @@ def test_loads_on_one_target_never_overlap_under_xdist(pytester: pytest.Pytester
     result = pytester.runpytest_subprocess(f"--lab={LOCAL_LAB}", "-n", "2", "--dist", "loadgroup", "-v")
     result.assert_outcomes(passed=8)
     result.stdout.fnmatch_lines(["*test_load[[]nvme-tcp-0[]]@local-target-localhost*"])
+
+
+def test_oracle_cases_run_first_and_last_only_when_the_lab_declares_a_database(pytester: pytest.Pytester) -> None:
+    suite = ROOT / "suites"
+    result = pytester.runpytest_subprocess(f"--lab={ROOT / 'labs' / 'rac3.yaml'}", str(suite), "--co", "-q")
+    lines = [line for line in result.outlines if "::" in line]
+    assert lines[0].endswith("test_oracle.py::test_asm_healthy_before_io")
+    assert [line.rsplit("::", 1)[1] for line in lines[-2:]] == ["test_asm_healthy_after_io", "test_calibrate_io"]
+
+    result = pytester.runpytest_subprocess(f"--lab={ROOT / 'labs' / 'vlab.yaml'}", str(suite), "--co", "-q")
+    assert "test_oracle.py" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*Oracle checks were not exercised (lab 'vlab' declares no database)*"])
