@@ -73,8 +73,7 @@ def find_baseline(path: Path | str, lab: str, protocol: str) -> Run | None:
         run = load_json(source)
         if protocol not in run.protocols:
             warnings.warn(
-                f"baseline {source} has no {protocol} results "
-                f"(it holds {', '.join(run.protocols) or 'no protocol'})",
+                f"baseline {source} has no {protocol} results (it holds {', '.join(run.protocols) or 'no protocol'})",
                 BaselineWarning,
                 stacklevel=2,
             )

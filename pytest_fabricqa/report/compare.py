@@ -258,7 +258,7 @@ def render_html_table(comparison: Comparison) -> str:
     ntrend_cols = (len(comparison.columns) - 1) * len(comparison.metrics)
     first_trend_col = len(lead_headers) + len(comparison.columns) * len(comparison.metrics)
     out = ['<table class="figures compare">', "<thead>", "<tr>"]
-    out += [f'<th rowspan="2" class="lead">{esc(h)}</th>' for h in lead_headers]
+    out += [f'<th rowspan="2" class="wl">{esc(h)}</th>' for h in lead_headers]
     out += [f'<th colspan="{len(metrics)}" class="group">{esc(label)}</th>' for label, metrics in groups]
     out += ["</tr>", "<tr>"]
     out += [f'<th class="num">{esc(m)}</th>' for _, metrics in groups for m in metrics]
@@ -268,11 +268,9 @@ def render_html_table(comparison: Comparison) -> str:
         tds = []
         for j, cell in enumerate(cells):
             if j < len(lead_headers):
-                tds.append(f'<td class="lead">{esc(cell)}</td>')
+                tds.append(f'<td class="wl">{esc(cell)}</td>')
             elif first_trend_col <= j < first_trend_col + ntrend_cols:
-                sign = (
-                    "up" if cell.startswith("+") and cell != "+0.00%" else "down" if cell[:1] == "-" else ""
-                )
+                sign = "up" if cell.startswith("+") and cell != "+0.00%" else "down" if cell[:1] == "-" else ""
                 tds.append(f'<td class="num trend {sign}">{esc(cell)}</td>')
             else:
                 tds.append(f'<td class="num">{esc(cell)}</td>')
@@ -292,7 +290,7 @@ th, td {{ padding: 0.3rem 0.6rem; border-bottom: 1px solid #d8dee4; }}
 th {{ font-weight: 600; background: #f6f8fa; }}
 th.group {{ text-align: center; border-left: 1px solid #d8dee4; }}
 td.num, th.num {{ text-align: right; font-variant-numeric: tabular-nums; }}
-td.lead {{ text-align: left; white-space: nowrap; }}
+td.wl {{ text-align: left; white-space: nowrap; }}
 p.src, p.note {{ color: #59636e; font-size: 0.85rem; }}
 </style></head><body>
 <h1>{title}</h1>
@@ -305,9 +303,7 @@ def render_html(comparison: Comparison) -> str:
     """A self-contained HTML page holding the table (inline CSS, nothing fetched)."""
     title = " vs ".join(c.label for c in comparison.columns)
     sources = "; ".join(f"{c.label}: {c.source}" for c in comparison.columns if c.source)
-    return _PAGE.format(
-        title=html.escape(title), sources=html.escape(sources), table=render_html_table(comparison)
-    )
+    return _PAGE.format(title=html.escape(title), sources=html.escape(sources), table=render_html_table(comparison))
 
 
 RENDERERS = {"text": render_text, "md": render_markdown, "html": render_html}

@@ -393,9 +393,7 @@ def run_from_dict(data: object) -> Run:
             tolerances=b.numbers("tolerances"),
             environment_mismatch=b.texts("environment_mismatch"),
         )
-    cases = tuple(
-        _case_from_reader(_Reader(c, f"results.cases[{i}]")) for i, c in enumerate(top.items("cases"))
-    )
+    cases = tuple(_case_from_reader(_Reader(c, f"results.cases[{i}]")) for i, c in enumerate(top.items("cases")))
     return Run(
         lab=top.text("lab"),
         protocols=top.texts("protocols"),
@@ -446,9 +444,7 @@ def _case_from_reader(c: _Reader) -> Case:
         verdict = k.text("verdict")
         if verdict not in VERDICTS:
             raise ValueError(f"{k.where}.verdict: {verdict!r} is not one of {VERDICTS}")
-        checks.append(
-            Check(name=k.text("name"), verdict=cast(Verdict, verdict), detail=k.opt_text("detail") or "")
-        )
+        checks.append(Check(name=k.text("name"), verdict=cast(Verdict, verdict), detail=k.opt_text("detail") or ""))
     hosts_raw = c.mapping("hosts")
     hosts_reader = _Reader(hosts_raw, f"{c.where}.hosts")
     hosts = {h: hosts_reader.numbers(h) for h in hosts_raw}

@@ -1,0 +1,196 @@
+"""Sweep charts as inline SVG: IOPS and p99 latency against queue depth x jobs, drawn with matplotlib (Agg).
+
+The SVG keeps text as text (smaller, and the report's stylesheet sets its font) and is rewritten so its
+element ids are unique within the page, because several charts share one HTML document.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display; must precede pyplot
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
+
+# One hue in several shades: charts carry no verdict colour except the red ring on a failed point.
+SHADES = ("#0b3d66", "#2f6ea3", "#6b9fcb", "#a9c6e2", "#1c2b36", "#587387")
+FAILED = "#c62828"
+INK = "#1f2328"
+MUTED = "#59636e"
+GRID = "#e3e7eb"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured point of a series."""
+
+    x: float
+    iops: float | None
+    p99_us: float | None
+    failed: bool = False
+
+
+@dataclass(frozen=True)
+class Series:
+    """A line on both panels (one jobs count, or one protocol)."""
+
+    label: str
+    points: tuple[Point, ...]
+
+
+def _style(ax: Axes) -> None:
+    ax.spines[["top", "right"]].set_visible(False)
+    for side in ("left", "bottom"):
+        ax.spines[side].set_color("#8c959f")
+    ax.tick_params(colors=MUTED, labelsize=8.5, length=3)
+    ax.grid(True, axis="y", color=GRID, linewidth=0.8)
+    ax.set_axisbelow(True)
+
+
+def _thousands(value: float, _pos: int) -> str:
+    if value >= 1000:
+        return f"{value / 1000:,.0f}k" if value % 1000 == 0 or value >= 10_000 else f"{value / 1000:,.1f}k"
+    return f"{value:,.0f}" if value >= 1 else f"{value:g}"
+
+
+def sweep_chart(
+    series: Sequence[Series],
+    *,
+    x_label: str,
+    x_ticks: Sequence[float] | None = None,
+    x_tick_labels: Sequence[str] | None = None,
+    log_x: bool = True,
+    chart_id: str,
+) -> str:
+    """Two panels side by side, IOPS and p99 latency, one line per series; returns an ``<svg>`` element."""
+    with plt.rc_context(
+        {
+            "svg.fonttype": "none",
+            "svg.hashsalt": chart_id,  # stable, page-unique ids: same input, same bytes
+            "font.size": 9,
+            "axes.titlesize": 10,
+            "axes.titleweight": "semibold",
+            "axes.titlecolor": INK,
+            "axes.labelcolor": MUTED,
+            "axes.labelsize": 8.5,
+        }
+    ):
+        wanted = [
+            (attr, title)
+            for attr, title in (("iops", "IOPS"), ("p99_us", "p99 latency (µs)"))
+            if any(getattr(p, attr) is not None for s in series for p in s.points)
+        ]
+        if not wanted:
+            raise ValueError("nothing to draw: no series has IOPS or p99 latency")
+        # A panel without data is left out rather than drawn empty (transcribed runs may lack latency).
+        fig, axes = plt.subplots(1, len(wanted), figsize=(4.8 * len(wanted), 3.0), squeeze=False)
+        panels = list(axes[0])
+        left = panels[0]
+        for panel, (attr, title) in zip(panels, wanted, strict=True):
+            _style(panel)
+            panel.set_title(title, loc="left", pad=8)
+            panel.set_xlabel(x_label)
+            for i, s in enumerate(series):
+                pts = [p for p in s.points if getattr(p, attr) is not None]
+                if not pts:
+                    continue
+                colour = SHADES[i % len(SHADES)]
+                xs = [p.x for p in pts]
+                ys = [float(getattr(p, attr)) for p in pts]
+                marker = "osD^v<>"[i % 7]
+                panel.plot(xs, ys, color=colour, marker=marker, markersize=4, linewidth=1.6, label=s.label)
+                bad = [(p.x, float(getattr(p, attr))) for p in pts if p.failed]
+                if bad:
+                    panel.scatter(
+                        [b[0] for b in bad],
+                        [b[1] for b in bad],
+                        s=90,
+                        facecolors="none",
+                        edgecolors=FAILED,
+                        linewidths=1.6,
+                        zorder=5,
+                        label="_failed",
+                    )
+            if log_x:
+                panel.set_xscale("log", base=2)
+            if x_ticks is not None:
+                panel.set_xticks(list(x_ticks))
+                if x_tick_labels is not None:
+                    panel.set_xticklabels(list(x_tick_labels))
+                panel.xaxis.set_minor_locator(NullLocator())
+            if attr == "p99_us":
+                # Latency spans decades across a queue-depth sweep; 1-2-5 ticks keep the labels readable.
+                panel.set_yscale("log")
+                panel.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+                panel.yaxis.set_minor_formatter(NullFormatter())
+            else:
+                panel.set_ylim(bottom=0)
+            panel.yaxis.set_major_formatter(FuncFormatter(_thousands))
+            if x_tick_labels is not None and max((len(t) for t in x_tick_labels), default=0) > 3:
+                panel.tick_params(axis="x", labelrotation=45)
+        handles, labels = left.get_legend_handles_labels()
+        any_failed = any(p.failed for s in series for p in s.points)
+        if any_failed:
+            handles.append(
+                plt.Line2D(
+                    [],
+                    [],
+                    marker="o",
+                    linestyle="none",
+                    markersize=8,
+                    markerfacecolor="none",
+                    markeredgecolor=FAILED,
+                    markeredgewidth=1.6,
+                )
+            )
+            labels.append("failed")
+        top = 1.0
+        if len(series) > 1 or any_failed:
+            # The legend gets its own band above the panels so it never covers a title or a line.
+            fig.legend(
+                handles,
+                labels,
+                loc="upper right",
+                ncol=len(labels),
+                frameon=False,
+                fontsize=8.5,
+                labelcolor=MUTED,
+                bbox_to_anchor=(1.0, 1.0),
+                handlelength=2.2,
+                columnspacing=1.6,
+            )
+            top = 0.9
+        fig.tight_layout(w_pad=3.0, rect=(0.0, 0.0, 1.0, top))
+        buffer = io.StringIO()
+        fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
+        plt.close(fig)
+    return _inline(buffer.getvalue(), chart_id)
+
+
+_ID = re.compile(r'\bid="([^"]+)"')
+
+
+def _inline(svg: str, prefix: str) -> str:
+    """Make a standalone SVG file embeddable: no XML prologue or metadata, scalable, page-unique ids."""
+    svg = svg[svg.index("<svg") :]
+    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.DOTALL)
+    # Scale down with the page but never up past the drawn size (a one-panel chart would balloon).
+    svg = re.sub(
+        r'(<svg[^>]*?)\swidth="([^"]+)"\s+height="[^"]+"',
+        r'\1 width="100%" style="max-width: \2"',
+        svg,
+        count=1,
+    )
+    ids = set(_ID.findall(svg))
+    for old in sorted(ids, key=len, reverse=True):
+        new = f"{prefix}-{old}"
+        svg = svg.replace(f'id="{old}"', f'id="{new}"')
+        svg = svg.replace(f'href="#{old}"', f'href="#{new}"')
+        svg = svg.replace(f"url(#{old})", f"url(#{new})")
+    return svg.replace("<svg ", '<svg class="chart" role="img" ', 1).strip()

@@ -1,0 +1,437 @@
+"""The qualification report: one self-contained HTML file a vendor can hand to a customer.
+
+Everything is inline (CSS, SVG charts); nothing is fetched when the file is opened, so it reads the same
+from a USB stick in a machine room. The page is built from a :class:`~pytest_fabricqa.report.model.Run`
+in two steps, as pytest-html does: plain view data here, presentation in ``templates/report.html.j2``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from pytest_fabricqa import __version__
+from pytest_fabricqa.report import charts
+from pytest_fabricqa.report.compare import columns_from_run, compare_columns, render_html_table
+from pytest_fabricqa.report.formatting import format_figure, rw_label, size_bytes, workload_sort_key
+from pytest_fabricqa.report.model import Case, Run, overall_verdict, write_temp
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+PROTOCOL_NAMES = {"nvme-rdma": "NVMe/RDMA", "nvme-tcp": "NVMe/TCP", "iscsi": "iSCSI", "iser": "iSER"}
+SUITE_NAMES = {
+    "prerequisite": "Prerequisite",
+    "connectivity": "Connectivity",
+    "performance": "Performance",
+    "oracle": "Oracle",
+}
+CALIBRATE_LABELS = {
+    "max_iops": "Maximum IOPS",
+    "max_mbps": "Maximum MB/s",
+    "actual_latency_ms": "Latency at maximum IOPS (ms)",
+    "max_latency_ms": "Latency limit given (ms)",
+    "num_physical_disks": "Physical disks given",
+}
+NO_ORACLE = "the lab declares no database"
+
+
+def protocol_name(protocol: str | None) -> str:
+    """``nvme-rdma`` -> ``NVMe/RDMA``; lab-wide cases (no protocol) read ``Lab``."""
+    if protocol is None:
+        return "Lab"
+    return PROTOCOL_NAMES.get(protocol, protocol)
+
+
+def bs_label(bs: str) -> str:
+    """fio block size in binary units as storage people write them: ``8k`` -> ``8 KiB``, ``1m`` -> ``1 MiB``."""
+    n = size_bytes(bs)
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return bs
+
+
+@dataclass
+class Row:
+    """One table row: a case's total, or one host's share of it."""
+
+    jobs: str
+    qd: str
+    host: str
+    cells: list[str]
+    verdict: str
+    sub: bool = False
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Group:
+    """One access pattern and block size of one protocol: a heading, a chart and a table."""
+
+    title: str
+    anchor: str
+    chart: str | None
+    rows: list[Row]
+    headers: list[str]
+    show_qd: bool = True
+    show_host: bool = True
+
+
+@dataclass
+class ProtocolSection:
+    name: str
+    anchor: str
+    verdict: str
+    counts: dict[str, int]
+    groups: list[Group]
+
+
+@dataclass
+class Failure:
+    scope: str
+    case_id: str
+    reason: str
+
+
+TABLE_METRICS = ("iops", "mbps", "lat_mean_us", "lat_p99_us", "lat_p999_us", "cpu_usr_pct", "cpu_sys_pct")
+TABLE_HEADERS = ("IOPS", "MB/s", "mean µs", "p99 µs", "p99.9 µs", "CPU usr %", "CPU sys %")
+
+
+def _cells(figures: dict[str, float], metrics: Sequence[str]) -> list[str]:
+    return [format_figure(m, figures[m]) if m in figures else "–" for m in metrics]
+
+
+def _reasons(case: Case) -> list[str]:
+    reasons = list(case.violations)
+    if case.regression is not None:
+        reasons += [m for m in case.regression.messages if m not in reasons]
+    reasons += [f"{c.name}: {c.detail}" if c.detail else c.name for c in case.checks if c.verdict != "passed"]
+    if case.verdict in ("failed", "error") and not reasons:
+        reasons.append("no reason recorded (see the pytest output for this test)")
+    return reasons
+
+
+def _group_key(case: Case) -> tuple[int, str, int, str, str]:
+    w = case.workload
+    assert w is not None
+    key = workload_sort_key(w)
+    return (key[0], w.rw, key[2], w.bs, w.size or "")
+
+
+def _group_title(case: Case) -> str:
+    w = case.workload
+    assert w is not None
+    title = f"{rw_label(w.rw).capitalize()}, {bs_label(w.bs)} blocks"
+    if w.size:
+        title += f", {w.size} file"
+    return title
+
+
+def _point(case: Case, x: float) -> charts.Point:
+    return charts.Point(
+        x, case.figures.get("iops"), case.figures.get("lat_p99_us"), case.verdict in ("failed", "error")
+    )
+
+
+def _sweep_series(cases: Sequence[Case]) -> tuple[list[charts.Series], dict[str, Any]] | None:
+    """Lines per jobs over queue depth; or, without queue depths, one line over jobs. None: nothing to draw."""
+    work = [(c, c.workload) for c in cases if c.workload is not None]
+    if not any("iops" in c.figures or "lat_p99_us" in c.figures for c, _ in work):
+        return None
+    depths = {w.iodepth for _, w in work}
+    jobs = sorted({w.numjobs for _, w in work})
+    if None not in depths and len(depths) > 1:
+        series = [
+            charts.Series(
+                f"{j} job{'s' if j != 1 else ''}",
+                tuple(sorted((_point(c, float(w.iodepth or 0)) for c, w in work if w.numjobs == j), key=lambda p: p.x)),
+            )
+            for j in jobs
+        ]
+        ticks = sorted(float(d) for d in depths if d is not None)
+        options: dict[str, Any] = {
+            "x_label": "queue depth per job",
+            "x_ticks": ticks,
+            "x_tick_labels": [f"{t:g}" for t in ticks],
+        }
+        return series, options
+    if len(jobs) > 1:
+        points = tuple(sorted((_point(c, float(w.numjobs)) for c, w in work), key=lambda p: p.x))
+        options = {
+            "x_label": "jobs",
+            "x_ticks": [float(j) for j in jobs],
+            "x_tick_labels": [str(j) for j in jobs],
+            "log_x": False,
+        }
+        return [charts.Series("", points)], options
+    return None
+
+
+def _protocol_section(run: Run, protocol: str, chart_ids: list[int]) -> ProtocolSection:
+    cases = [c for c in run.cases_for(protocol) if c.suite == "performance" and c.workload is not None]
+    grouped: dict[tuple[int, str, int, str, str], list[Case]] = {}
+    for case in sorted(cases, key=lambda c: workload_sort_key(c.workload)):  # type: ignore[arg-type]
+        grouped.setdefault(_group_key(case), []).append(case)
+    groups: list[Group] = []
+    for members in grouped.values():
+        # Columns nobody in the group measured are dropped, not shown as a wall of dashes.
+        metrics = [m for m in TABLE_METRICS if any(m in c.figures for c in members)]
+        headers = [h for m, h in zip(TABLE_METRICS, TABLE_HEADERS, strict=True) if m in metrics]
+        rows = []
+        for case in members:
+            w = case.workload
+            assert w is not None
+            several = len(case.hosts) > 1
+            rows.append(
+                Row(
+                    jobs=str(w.numjobs),
+                    qd=str(w.iodepth) if w.iodepth is not None else "–",
+                    host=f"{len(case.hosts)} hosts" if several else (next(iter(case.hosts), "")),
+                    cells=_cells(case.figures, metrics),
+                    verdict=case.verdict,
+                    reasons=_reasons(case),
+                )
+            )
+            if several:
+                for host, figures in sorted(case.hosts.items()):
+                    rows.append(Row("", "", host, _cells(figures, metrics), "", sub=True))
+        chart = None
+        sweep = _sweep_series(members)
+        if sweep is not None:
+            chart_ids[0] += 1
+            series, options = sweep
+            chart = charts.sweep_chart(series, chart_id=f"c{chart_ids[0]}", **options)
+        title = _group_title(members[0])
+        show_qd = any(c.workload is not None and c.workload.iodepth is not None for c in members)
+        show_host = any(c.hosts for c in members)
+        groups.append(Group(title, f"{protocol}-{len(groups) + 1}", chart, rows, headers, show_qd, show_host))
+    all_cases = run.cases_for(protocol)
+    counts = {v: sum(1 for c in all_cases if c.verdict == v) for v in ("passed", "failed", "error", "skipped")}
+    return ProtocolSection(protocol_name(protocol), protocol, run.verdict(protocol), counts, groups)
+
+
+def _comparison(run: Run, chart_ids: list[int]) -> tuple[str, list[tuple[str, str]]] | None:
+    """The protocol-against-protocol table and one chart per access pattern, for multi-protocol runs."""
+    perf = {
+        p: [c for c in run.cases_for(p, "performance") if c.workload is not None and c.figures] for p in run.protocols
+    }
+    if sum(1 for cases in perf.values() if cases) < 2:
+        return None
+    columns = [replace(c, label=protocol_name(c.protocol)) for c in columns_from_run(run)]
+    table = render_html_table(compare_columns(columns, metrics=("iops", "lat_p99_us")))
+    by_group: dict[tuple[int, str, int, str, str], dict[str, list[Case]]] = {}
+    titles: dict[tuple[int, str, int, str, str], str] = {}
+    for protocol, cases in perf.items():
+        for case in cases:
+            key = _group_key(case)
+            titles[key] = _group_title(case)
+            by_group.setdefault(key, {}).setdefault(protocol, []).append(case)
+    figures = []
+    for key in sorted(by_group):
+        per_protocol = by_group[key]
+        if len(per_protocol) < 2:
+            continue
+        points = sorted(
+            {
+                (c.workload.numjobs * (c.workload.iodepth or 1), c.workload.numjobs, c.workload.iodepth)
+                for cs in per_protocol.values()
+                for c in cs
+                if c.workload is not None
+            },
+        )
+        if len(points) < 2:
+            continue
+        index = {p[1:]: i for i, p in enumerate(points)}
+        series = []
+        for protocol in run.protocols:
+            if protocol not in per_protocol:
+                continue
+            pts = sorted(
+                (
+                    _point(c, float(index[(c.workload.numjobs, c.workload.iodepth)]))
+                    for c in per_protocol[protocol]
+                    if c.workload is not None
+                ),
+                key=lambda p: p.x,
+            )
+            series.append(charts.Series(protocol_name(protocol), tuple(pts)))
+        if not any(p.iops is not None or p.p99_us is not None for ser in series for p in ser.points):
+            continue
+        labels = [f"{j}×{d}" if d is not None else f"{j}" for _, j, d in points]
+        chart_ids[0] += 1
+        svg = charts.sweep_chart(
+            series,
+            chart_id=f"c{chart_ids[0]}",
+            x_label="jobs × queue depth",
+            x_ticks=[float(i) for i in range(len(points))],
+            x_tick_labels=labels,
+            log_x=False,
+        )
+        figures.append((titles[key], svg))
+    return table, figures
+
+
+def _environment(run: Run) -> list[tuple[str, str]]:
+    env = run.environment
+    items = [
+        ("Lab", run.lab),
+        ("Target", run.target_kind),
+        ("Protocols", ", ".join(protocol_name(p) for p in run.protocols)),
+        ("Started", _when(run.started)),
+        ("Finished", f"{_when(run.finished)} ({_duration(run.started, run.finished)})"),
+        ("Device", " · firmware ".join(x for x in (env.device_model, env.device_firmware) if x) or "not recorded"),
+        ("fio", env.fio_version or "not recorded"),
+    ]
+    for host, kernel in sorted(env.kernels.items()):
+        items.append((f"Kernel on {host}", kernel))
+    items += [
+        ("pytest-fabricqa", " · commit ".join(x for x in (env.plugin_version, env.git_commit) if x) or "not recorded"),
+        ("Python, pytest", " · ".join(x for x in (env.python_version, env.pytest_version) if x) or "not recorded"),
+    ]
+    source = run.extras.get("source")
+    if isinstance(source, str):
+        items.append(("Source of these figures", source))
+    return items
+
+
+def _when(t: datetime) -> str:
+    return t.strftime("%Y-%m-%d %H:%M:%S") + (f" {t.strftime('%z')[:3]}:{t.strftime('%z')[3:]}" if t.tzinfo else "")
+
+
+def _duration(start: datetime, end: datetime) -> str:
+    seconds = int((end - start).total_seconds())
+    hours, rest = divmod(max(seconds, 0), 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {seconds:02d} s"
+
+
+def _oracle(run: Run) -> list[dict[str, Any]]:
+    sections = []
+    for case in run.cases:
+        if case.suite != "oracle":
+            continue
+        calibrate = case.extras.get("calibrate_io")
+        rows = []
+        if isinstance(calibrate, dict):
+            for key, value in calibrate.items():
+                label = CALIBRATE_LABELS.get(key, key)
+                text = f"{value:,}" if isinstance(value, int | float) and not isinstance(value, bool) else str(value)
+                rows.append((label, text))
+        details = [(k.replace("_", " ").capitalize(), str(v)) for k, v in case.extras.items() if k != "calibrate_io"]
+        sections.append(
+            {
+                "title": f"{protocol_name(case.protocol)} · {case.case_id}",
+                "verdict": case.verdict,
+                "checks": case.checks,
+                "calibrate": rows,
+                "details": details,
+                "reasons": _reasons(case) if case.verdict in ("failed", "error") else [],
+            }
+        )
+    return sections
+
+
+def report_context(run: Run, *, title: str | None = None) -> dict[str, Any]:
+    """Everything the template shows, as plain values; separate from rendering so tests can inspect it."""
+    chart_ids = [0]
+    failures = []
+    failure_counts: dict[str, int] = {}
+    for c in run.cases:
+        if c.verdict in ("failed", "error"):
+            reasons = _reasons(c)
+            # One line per failed case; the count of further reasons points to its table row.
+            failures.append(Failure(protocol_name(c.protocol), c.case_id, reasons[0]))
+            failure_counts[c.case_id] = len(reasons)
+    summary = []
+    for protocol in run.protocols:
+        cases = [c for c in run.cases if c.protocol == protocol]
+        summary.append(
+            {
+                "name": protocol_name(protocol),
+                "verdict": run.verdict(protocol),
+                "passed": sum(c.verdict == "passed" for c in cases),
+                "failed": sum(c.verdict in ("failed", "error") for c in cases),
+                "skipped": sum(c.verdict == "skipped" for c in cases),
+                "total": len(cases),
+            }
+        )
+    lab_cases = [c for c in run.cases if c.protocol is None]
+    if lab_cases:
+        summary.append(
+            {
+                "name": "Lab-wide checks",
+                "verdict": overall_verdict(c.verdict for c in lab_cases),
+                "passed": sum(c.verdict == "passed" for c in lab_cases),
+                "failed": sum(c.verdict in ("failed", "error") for c in lab_cases),
+                "skipped": sum(c.verdict == "skipped" for c in lab_cases),
+                "total": len(lab_cases),
+            }
+        )
+    comparison = _comparison(run, chart_ids)
+    other = [c for c in run.cases if c.suite in ("prerequisite", "connectivity")]
+    not_exercised = run.extras.get("oracle_not_exercised")
+    return {
+        "title": title or "Storage fabric qualification",
+        "run": run,
+        "verdict": run.verdict(),
+        "summary": summary,
+        "failures": failures,
+        "failure_counts": failure_counts,
+        "environment": _environment(run),
+        "protocols": [_protocol_section(run, p, chart_ids) for p in run.protocols],
+        "comparison": comparison,
+        "oracle": _oracle(run),
+        "oracle_not_exercised": not_exercised if isinstance(not_exercised, str) else NO_ORACLE,
+        "other_checks": [
+            {
+                "suite": SUITE_NAMES[c.suite],
+                "scope": protocol_name(c.protocol),
+                "case_id": c.case_id,
+                "verdict": c.verdict,
+                "detail": "; ".join(
+                    _reasons(c) if c.verdict in ("failed", "error") else [ch.detail or ch.name for ch in c.checks]
+                ),
+            }
+            for c in other
+        ],
+        "baseline": run.baseline,
+        "regressed": [c for c in run.cases if c.regression is not None and c.regression.messages],
+        "generated_by": f"pytest-fabricqa {run.environment.plugin_version or __version__}",
+        "started": _when(run.started),
+        "protocol_name": protocol_name,
+    }
+
+
+def _environment_loader() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def render_html(run: Run, *, title: str | None = None) -> str:
+    """The report as one HTML document (inline CSS and SVG; no scripts, fonts or images fetched)."""
+    template = _environment_loader().get_template("report.html.j2")
+    return template.render(**report_context(run, title=title))
+
+
+def write_html(run: Run, path: Path | str, *, title: str | None = None) -> Path:
+    """Render the report and write it atomically to ``path``."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = write_temp(target.parent, render_html(run, title=title))
+    try:
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return target

@@ -1,0 +1,133 @@
+"""The HTML report: self-contained, verdict first, every section present when its data is."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from pytest_fabricqa.report.html import bs_label, render_html, report_context, write_html
+from pytest_fabricqa.report.model import Run, load_json
+
+DATA = Path(__file__).parent.parent / "data" / "report"
+
+
+@pytest.fixture(scope="module")
+def sample() -> Run:
+    return load_json(DATA / "sample_run.json")
+
+
+@pytest.fixture(scope="module")
+def page(sample: Run) -> str:
+    return render_html(sample)
+
+
+class _Refs(HTMLParser):
+    """Collects every attribute that makes a browser fetch something, and every tag name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refs: list[tuple[str, str, str]] = []
+        self.tags: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        for name, value in attrs:
+            if name in ("src", "href", "xlink:href", "action", "poster", "srcset", "data") and value:
+                self.refs.append((tag, name, value))
+
+
+def test_nothing_is_fetched_from_anywhere(page: str) -> None:
+    parser = _Refs()
+    parser.feed(page)
+    external = [r for r in parser.refs if not r[2].startswith("#")]
+    assert external == []
+    assert not parser.tags & {"script", "link", "img", "iframe", "object", "embed"}
+    assert not re.search(r"(src|href)\s*=\s*[\"']?\s*(https?:)?//", page, re.IGNORECASE)
+    assert "@import" not in page and not re.search(r"url\(\s*['\"]?(https?:)?//", page)
+    # Internal anchors all resolve (a broken table of contents is a small embarrassment in front of a customer).
+    ids = set(re.findall(r'\bid="([^"]+)"', page))
+    assert {r[2][1:] for r in parser.refs} <= ids
+    assert len(ids) == len(re.findall(r'\bid="', page)), "element ids must be unique across the inlined charts"
+
+
+def test_verdict_comes_first_with_what_failed_and_why(page: str) -> None:
+    verdict_at = page.index('<div class="word">FAIL</div>')
+    assert verdict_at < page.index('id="environment"') < page.index('id="nvme-rdma"')
+    failed = page[page.index("What failed") : page.index('id="environment"')]
+    assert "nvme-tcp-randwrite-8k-qd32-j4</code>: iops 115,375 is 18.0% below the baseline&#39;s 140,702" in failed
+    assert "iser-randwrite-8k-qd128-j4</code>: lat_p99_us 13,787 µs is above the maximum 12,000 µs" in failed
+    assert failed.count("<li>") == 2
+    summary = page[page.index('id="verdict"') : page.index("What failed")]
+    for name, verdict in (("NVMe/RDMA", "PASS"), ("NVMe/TCP", "FAIL"), ("iSER", "FAIL")):
+        assert re.search(
+            rf"<td>{re.escape(name)}</td><td><span class=\"pill v-{verdict.lower()}\">{verdict}</span>", summary
+        )
+
+
+def test_sections_charts_and_environment(page: str, sample: Run) -> None:
+    # One sweep chart per protocol and access pattern, plus one comparison chart per access pattern.
+    assert page.count('<svg class="chart"') == 3 * 4 + 4
+    assert "Protocol comparison" in page and "NVMe/TCP vs NVMe/RDMA" in page
+    assert "fio-3.35" in page and "INTEL SSDPEDMW012T4 · firmware 8EV10174" in page
+    assert "4.14.35-1902.300.11.el7uek.x86_64" in page
+    assert "baseline used fio-3.33, this run fio-3.35" in page
+    assert "Maximum MB/s</th><td>4,213" in page
+    assert "Oracle checks were not exercised" not in page
+    assert "SYNTHETIC" in page  # the sample says what it is
+    # Per-host rows under each total.
+    assert page.count('<tr class="sub">') == 2 * sum(1 for c in sample.cases if c.suite == "performance")
+
+
+def test_no_database_gives_the_plain_sentence(sample: Run) -> None:
+    cases = tuple(c for c in sample.cases if c.suite != "oracle" and c.protocol in ("iser", None))
+    run = replace(sample, protocols=("iser",), cases=cases, baseline=None)
+    page = render_html(run)
+    assert "Oracle checks were not exercised (the lab declares no database)." in page
+    assert 'id="baseline"' not in page
+    run = replace(run, extras={"oracle_not_exercised": "--fabricqa-skip-oracle was given"})
+    assert "Oracle checks were not exercised (--fabricqa-skip-oracle was given)." in render_html(run)
+
+
+def test_passing_single_protocol_run_has_no_comparison_and_says_pass(sample: Run) -> None:
+    cases = tuple(c for c in sample.cases if c.protocol in ("nvme-rdma", None))
+    run = replace(sample, protocols=("nvme-rdma",), cases=cases, baseline=None)
+    context = report_context(run)
+    assert context["verdict"] == "PASS" and context["comparison"] is None and context["failures"] == []
+    page = render_html(run)
+    assert '<div class="word">PASS</div>' in page and "What failed" not in page
+    assert 'id="comparison"' not in page
+
+
+def test_transcribed_run_without_latency_or_queue_depth_renders(tmp_path: Path) -> None:
+    run = load_json(DATA / "seed001_softroce.json")
+    path = write_html(run, tmp_path / "out" / "report.html")
+    page = path.read_text()
+    assert "p99 µs" not in page and "<th>Host</th>" not in page  # columns nobody measured are dropped
+    assert page.count('<svg class="chart"') == 4  # 2 GB file: one chart per access pattern, jobs on the x axis
+    assert "6,825" in page
+    assert sorted(p.name for p in path.parent.iterdir()) == ["report.html"]
+
+
+def test_rendering_is_deterministic(sample: Run, page: str) -> None:
+    assert render_html(sample) == page
+
+
+def test_user_text_is_escaped() -> None:
+    run = replace(load_json(DATA / "seed001_iscsi.json"), lab="<script>alert(1)</script>")
+    page = render_html(run)
+    assert "<script>" not in page and "&lt;script&gt;" in page
+
+
+def test_bs_label() -> None:
+    assert [bs_label(b) for b in ("8k", "4k", "1m", "512", "64K", "1536")] == [
+        "8 KiB",
+        "4 KiB",
+        "1 MiB",
+        "512",
+        "64 KiB",
+        "1536",
+    ]
