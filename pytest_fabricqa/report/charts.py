@@ -75,7 +75,7 @@ def sweep_chart(
             "svg.hashsalt": chart_id,  # stable, page-unique ids: same input, same bytes
             "font.size": 9,
             "axes.titlesize": 10,
-            "axes.titleweight": "semibold",
+            "axes.titleweight": "bold",
             "axes.titlecolor": INK,
             "axes.labelcolor": MUTED,
             "axes.labelsize": 8.5,

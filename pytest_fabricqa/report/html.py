@@ -66,7 +66,8 @@ class Row:
     host: str
     cells: list[str]
     verdict: str
-    sub: bool = False
+    kind: str = "total"
+    """``total`` (the case), ``host`` (one host's share, under its total) or ``reasons`` (why it failed)."""
     reasons: list[str] = field(default_factory=list)
 
 
@@ -195,12 +196,14 @@ def _protocol_section(run: Run, protocol: str, chart_ids: list[int]) -> Protocol
                     host=f"{len(case.hosts)} hosts" if several else (next(iter(case.hosts), "")),
                     cells=_cells(case.figures, metrics),
                     verdict=case.verdict,
-                    reasons=_reasons(case),
                 )
             )
             if several:
                 for host, figures in sorted(case.hosts.items()):
-                    rows.append(Row("", "", host, _cells(figures, metrics), "", sub=True))
+                    rows.append(Row("", "", host, _cells(figures, metrics), "", kind="host"))
+            if case.verdict in ("failed", "error"):
+                # Reasons go below the host rows so the numbers of one case stay together.
+                rows.append(Row("", "", "", [], case.verdict, kind="reasons", reasons=_reasons(case)))
         chart = None
         sweep = _sweep_series(members)
         if sweep is not None:
