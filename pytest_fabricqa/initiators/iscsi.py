@@ -1,0 +1,211 @@
+"""open-iscsi: an iface of our own, SendTargets discovery, login over tcp or iser, LUN devices, logout.
+
+The plugin logs in through its own iface record (named after the lab's ``name_prefix``), which carries the
+lab's ``initiator_iqn`` (``iface.initiatorname``) so the target's ACLs match without touching
+``/etc/iscsi/initiatorname.iscsi``. For iser, discovery still runs over TCP beside the iSER portal and the node
+record's ``iface.transport_name`` is switched to ``iser`` before login (what worked on the virtual lab).
+Block devices come from sysfs (``/sys/class/iscsi_session/sessionN/device/target*/H:C:T:L/block/sdX``):
+minimal hosts have no udev, so /dev/disk/by-path may not exist.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+from pytest_fabricqa.transport.base import CommandError, Host
+
+# iscsiadm's exit code when there is nothing to act on (no session, no record): not an error for undo.
+NO_OBJECTS_FOUND = 21
+NO_RECORDS = (NO_OBJECTS_FOUND, 3)  # 3: "no records found" on older open-iscsi
+
+SYSFS_SCRIPT = r"""
+for s in /sys/class/iscsi_session/session*; do
+  [ -d "$s" ] || continue
+  sid=${s##*/session}
+  printf 'S\t%s\t%s\t%s\n' "$sid" "$(cat "$s/targetname" 2>/dev/null)" "$(cat "$s/state" 2>/dev/null)"
+  for d in "$s"/device/target*/*:*:*:*/block/*; do
+    [ -d "$d" ] || continue
+    n=${d##*/}
+    hctl=${d%/block/*}
+    printf 'D\t%s\t%s\t%s\t%s\t%s\n' "$sid" "${hctl##*/}" "$n" "$(cat "/sys/block/$n/size")" \
+      "$(cat "/sys/block/$n/queue/logical_block_size")"
+  done
+done
+exit 0
+"""
+
+_SESSION = re.compile(r"^(?P<transport>\S+): \[(?P<sid>\d+)\] (?P<portal>\S+),(?P<tpgt>\d+) (?P<iqn>\S+)")
+_TARGET = re.compile(r"^(?P<portal>\S+),(?P<tpgt>-?\d+) (?P<iqn>\S+)$")
+
+
+@dataclass(frozen=True)
+class DiscoveredTarget:
+    """One SendTargets answer: a target IQN behind a portal and TPG."""
+
+    portal: str
+    tpgt: int
+    iqn: str
+
+
+@dataclass(frozen=True)
+class Session:
+    """An iSCSI session as ``iscsiadm -m session`` lists it."""
+
+    sid: int
+    transport: str  # tcp or iser
+    portal: str
+    tpgt: int
+    iqn: str
+
+
+@dataclass(frozen=True)
+class LunDevice:
+    """A LUN's SCSI disk on the initiator."""
+
+    sid: int
+    iqn: str
+    lun: int
+    hctl: str
+    name: str  # sdb
+    size_bytes: int
+    logical_block_size: int
+
+    @property
+    def path(self) -> str:
+        """The device node."""
+        return f"/dev/{self.name}"
+
+
+def portal_name(address: str, port: int) -> str:
+    """ADDR:PORT, or [ADDR]:PORT for IPv6, as iscsiadm writes portals."""
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def parse_discovery(text: str) -> list[DiscoveredTarget]:
+    """``iscsiadm -m discovery -t st`` output -> targets."""
+    out = []
+    for line in text.splitlines():
+        match = _TARGET.match(line.strip())
+        if match:
+            out.append(DiscoveredTarget(match["portal"], int(match["tpgt"]), match["iqn"]))
+    return out
+
+
+def parse_sessions(text: str) -> list[Session]:
+    """``iscsiadm -m session`` output -> sessions."""
+    out = []
+    for line in text.splitlines():
+        match = _SESSION.match(line.strip())
+        if match:
+            out.append(
+                Session(int(match["sid"]), match["transport"], match["portal"], int(match["tpgt"]), match["iqn"])
+            )
+    return out
+
+
+def parse_sysfs(text: str) -> list[LunDevice]:
+    """:data:`SYSFS_SCRIPT` output -> LUN devices (with their session's target IQN)."""
+    iqn_of: dict[int, str] = {}
+    out = []
+    for line in text.splitlines():
+        parts = line.split("\t") + [""] * 6
+        if parts[0] == "S" and parts[1].isdigit():
+            iqn_of[int(parts[1])] = parts[2]
+        elif parts[0] == "D" and parts[1].isdigit() and parts[4].strip().isdigit():
+            sid = int(parts[1])
+            hctl = parts[2]
+            lbs = int(parts[5]) if parts[5].strip().isdigit() else 512
+            out.append(
+                LunDevice(
+                    sid, iqn_of.get(sid, ""), int(hctl.rsplit(":", 1)[-1]), hctl, parts[3], int(parts[4]) * 512, lbs
+                )
+            )
+    return out
+
+
+def ensure_iface(host: Host, iface: str, initiator_iqn: str | None) -> None:
+    """Create the plugin's iface record (tcp) carrying ``initiator_iqn`` (idempotent)."""
+    exists = host.run(["iscsiadm", "-m", "iface", "-I", iface], check=False)
+    if not exists.ok:
+        host.run(["iscsiadm", "-m", "iface", "-I", iface, "-o", "new"])
+    host.run(["iscsiadm", "-m", "iface", "-I", iface, "-o", "update", "-n", "iface.transport_name", "-v", "tcp"])
+    if initiator_iqn:
+        host.run(
+            ["iscsiadm", "-m", "iface", "-I", iface, "-o", "update", "-n", "iface.initiatorname", "-v", initiator_iqn]
+        )
+
+
+def delete_iface(host: Host, iface: str) -> None:
+    """Delete the plugin's iface record (nothing to do is not an error)."""
+    if host.run(["iscsiadm", "-m", "iface", "-I", iface], check=False).ok:
+        host.run(["iscsiadm", "-m", "iface", "-I", iface, "-o", "delete"])
+
+
+def iface_exists(host: Host, iface: str) -> bool:
+    """True when the iface record exists."""
+    return host.run(["iscsiadm", "-m", "iface", "-I", iface], check=False).ok
+
+
+def discover(host: Host, address: str, port: int, iface: str) -> list[DiscoveredTarget]:
+    """SendTargets discovery at the portal through ``iface``; node records are created for what it finds."""
+    result = host.run(
+        ["iscsiadm", "-m", "discovery", "-t", "st", "-p", portal_name(address, port), "-I", iface], timeout=180
+    )
+    return parse_discovery(result.stdout)
+
+
+def login(host: Host, iqn: str, portal: str, iface: str, transport: str) -> None:
+    """Log in to ``iqn`` at ``portal`` through ``iface``, over ``transport`` (tcp or iser)."""
+    node = ["iscsiadm", "-m", "node", "-T", iqn, "-p", portal, "-I", iface]
+    host.run([*node, "-o", "update", "-n", "iface.transport_name", "-v", transport])
+    host.run([*node, "--login"], timeout=180)
+
+
+def logout(host: Host, iqn: str, portal: str) -> None:
+    """Log out of every session to ``iqn`` at ``portal`` (no session is not an error)."""
+    result = host.run(["iscsiadm", "-m", "node", "-T", iqn, "-p", portal, "--logout"], check=False, timeout=120)
+    if not result.ok and result.exit_code not in NO_RECORDS:
+        raise CommandError(result, f"could not log out of {iqn}")
+
+
+def delete_records(host: Host, iqn: str, portal: str, address: str, port: int) -> None:
+    """Delete the node records of ``iqn`` at ``portal`` and the SendTargets record of the portal."""
+    for argv in (
+        ["iscsiadm", "-m", "node", "-T", iqn, "-p", portal, "-o", "delete"],
+        ["iscsiadm", "-m", "discoverydb", "-t", "st", "-p", portal_name(address, port), "-o", "delete"],
+    ):
+        result = host.run(argv, check=False)
+        if not result.ok and result.exit_code not in NO_RECORDS:
+            raise CommandError(result, "could not delete the open-iscsi records")
+
+
+def sessions(host: Host) -> list[Session]:
+    """Every iSCSI session on ``host``."""
+    result = host.run(["iscsiadm", "-m", "session"], check=False)
+    if not result.ok and result.exit_code not in NO_RECORDS:
+        raise CommandError(result, "could not list sessions")
+    return parse_sessions(result.stdout)
+
+
+def node_records(host: Host) -> list[DiscoveredTarget]:
+    """Every node record (``iscsiadm -m node`` lists them like discovery does)."""
+    result = host.run(["iscsiadm", "-m", "node"], check=False)
+    return parse_discovery(result.stdout) if result.ok else []
+
+
+def lun_devices(host: Host) -> list[LunDevice]:
+    """Every SCSI disk behind an iSCSI session on ``host``."""
+    return parse_sysfs(host.run(["sh", "-c", SYSFS_SCRIPT]).stdout)
+
+
+def wait_for_luns(host: Host, iqn: str, luns: list[int], timeout_s: float = 60.0) -> dict[int, LunDevice]:
+    """Poll sysfs until every LUN of ``iqn`` has a disk with a size; return what was found (LUN -> device)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        by_lun = {d.lun: d for d in lun_devices(host) if d.iqn == iqn and d.size_bytes > 0}
+        found = {lun: by_lun[lun] for lun in luns if lun in by_lun}
+        if len(found) == len(luns) or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)

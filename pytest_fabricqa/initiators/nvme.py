@@ -1,0 +1,186 @@
+"""nvme-cli: discover, connect with the lab's host NQN, find each namespace's block device, disconnect.
+
+Devices are found in sysfs by subsystem NQN and NSID. With native NVMe multipath a second path (an rdma connect
+to a subsystem already connected over tcp) joins the existing ``/dev/nvmeXnY`` head instead of making a new
+device, so the head under ``/sys/class/nvme-subsystem/*/`` is what counts; without multipath the namespace sits
+under its controller.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from pytest_fabricqa.transport.base import CommandError, Host
+
+# Controllers and namespaces, one line each. Fixed text; no arguments.
+SYSFS_SCRIPT = r"""
+for c in /sys/class/nvme/nvme*; do
+  [ -d "$c" ] || continue
+  printf 'C\t%s\t%s\t%s\t%s\t%s\n' "${c##*/}" "$(cat "$c/subsysnqn" 2>/dev/null)" "$(cat "$c/transport" 2>/dev/null)" \
+    "$(cat "$c/state" 2>/dev/null)" "$(tr '\n' ' ' < "$c/address" 2>/dev/null)"
+done
+for s in /sys/class/nvme-subsystem/nvme-subsys*; do
+  [ -d "$s" ] || continue
+  q=$(cat "$s/subsysnqn")
+  for d in "$s"/nvme[0-9]*n[0-9]* "$s"/nvme[0-9]*/nvme[0-9]*n[0-9]*; do
+    [ -d "$d" ] || continue
+    n=${d##*/}
+    case "$n" in nvme*c*n*) continue ;; esac
+    [ -e "/sys/block/$n" ] || continue
+    printf 'N\t%s\t%s\t%s\t%s\t%s\n' "$n" "$q" "$(cat "$d/nsid" 2>/dev/null)" "$(cat "/sys/block/$n/size")" \
+      "$(cat "/sys/block/$n/queue/logical_block_size")"
+  done
+done
+exit 0
+"""
+
+
+@dataclass(frozen=True)
+class DiscoveryRecord:
+    """One discovery log entry: a subsystem reachable at a transport address."""
+
+    subnqn: str
+    trtype: str
+    traddr: str
+    trsvcid: str
+    subtype: str
+    portid: int | None = None
+
+
+@dataclass(frozen=True)
+class Controller:
+    """An NVMe controller on the initiator (``/sys/class/nvme/nvmeX``)."""
+
+    name: str
+    subsysnqn: str
+    transport: str
+    state: str
+    address: str
+
+
+@dataclass(frozen=True)
+class NamespaceDevice:
+    """A namespace's block device on the initiator, found by subsystem NQN and NSID."""
+
+    name: str  # nvme1n1
+    subsysnqn: str
+    nsid: int
+    size_bytes: int
+    logical_block_size: int
+
+    @property
+    def path(self) -> str:
+        """The device node."""
+        return f"/dev/{self.name}"
+
+
+@dataclass(frozen=True)
+class ConnectOptions:
+    """Queue options passed to ``nvme connect`` when set (the kernel's defaults otherwise)."""
+
+    nr_io_queues: int | None = None
+    queue_size: int | None = None
+    ctrl_loss_tmo: int | None = None
+
+
+def parse_discovery(text: str) -> list[DiscoveryRecord]:
+    """``nvme discover -o json`` output -> the NVM subsystems it lists (discovery subsystems left out)."""
+    data = json.loads(text) if text.strip() else {}
+    records = data.get("records", []) if isinstance(data, dict) else []
+    out = []
+    for rec in records:
+        subtype = str(rec.get("subtype", ""))
+        if "discovery" in subtype:
+            continue
+        portid = rec.get("portid")
+        out.append(
+            DiscoveryRecord(
+                str(rec.get("subnqn", "")).strip(),
+                str(rec.get("trtype", "")).strip(),
+                str(rec.get("traddr", "")).strip(),
+                str(rec.get("trsvcid", "")).strip(),
+                subtype,
+                int(portid) if isinstance(portid, int | str) and str(portid).isdigit() else None,
+            )
+        )
+    return out
+
+
+def parse_sysfs(text: str) -> tuple[list[Controller], list[NamespaceDevice]]:
+    """:data:`SYSFS_SCRIPT` output -> controllers and namespace devices."""
+    controllers: list[Controller] = []
+    namespaces: dict[str, NamespaceDevice] = {}
+    for line in text.splitlines():
+        parts = line.split("\t") + [""] * 6
+        if parts[0] == "C":
+            controllers.append(Controller(parts[1], parts[2], parts[3], parts[4], parts[5].strip()))
+        elif parts[0] == "N" and parts[3].strip().isdigit() and parts[4].strip().isdigit():
+            lbs = int(parts[5]) if parts[5].strip().isdigit() else 512
+            namespaces[parts[1]] = NamespaceDevice(parts[1], parts[2], int(parts[3]), int(parts[4]) * 512, lbs)
+    return controllers, list(namespaces.values())
+
+
+def discover(host: Host, trtype: str, address: str, port: int, hostnqn: str | None = None) -> list[DiscoveryRecord]:
+    """Ask the portal's discovery controller which subsystems ``host`` may reach."""
+    argv = ["nvme", "discover", "-t", trtype, "-a", address, "-s", str(port), "-o", "json"]
+    if hostnqn:
+        argv.append(f"--hostnqn={hostnqn}")
+    result = host.run(argv, timeout=120)
+    return parse_discovery(result.stdout)
+
+
+def connect(
+    host: Host,
+    trtype: str,
+    address: str,
+    port: int,
+    nqn: str,
+    hostnqn: str | None = None,
+    options: ConnectOptions | None = None,
+) -> None:
+    """Connect ``host`` to subsystem ``nqn`` at the portal."""
+    argv = ["nvme", "connect", "-t", trtype, "-a", address, "-s", str(port), "-n", nqn]
+    if hostnqn:
+        argv.append(f"--hostnqn={hostnqn}")
+    opts = options or ConnectOptions()
+    if opts.nr_io_queues:
+        argv.append(f"--nr-io-queues={opts.nr_io_queues}")
+    if opts.queue_size:
+        argv.append(f"--queue-size={opts.queue_size}")
+    if opts.ctrl_loss_tmo is not None:
+        argv.append(f"--ctrl-loss-tmo={opts.ctrl_loss_tmo}")
+    host.run(argv, timeout=120)
+
+
+def disconnect(host: Host, nqn: str) -> None:
+    """Disconnect every controller of subsystem ``nqn`` on ``host`` (nothing to do is not an error)."""
+    result = host.run(["nvme", "disconnect", "-n", nqn], check=False, timeout=120)
+    if not result.ok and controllers_of(host, nqn):
+        raise CommandError(result, f"controllers of {nqn} are still there")
+
+
+def state(host: Host) -> tuple[list[Controller], list[NamespaceDevice]]:
+    """Every NVMe controller and namespace device on ``host``."""
+    return parse_sysfs(host.run(["sh", "-c", SYSFS_SCRIPT]).stdout)
+
+
+def controllers_of(host: Host, nqn: str) -> list[Controller]:
+    """The controllers of subsystem ``nqn`` on ``host``."""
+    return [c for c in state(host)[0] if c.subsysnqn == nqn]
+
+
+def wait_for_namespaces(
+    host: Host, wanted: list[tuple[str, int]], timeout_s: float = 60.0
+) -> dict[tuple[str, int], NamespaceDevice]:
+    """Poll sysfs until every (NQN, NSID) in ``wanted`` has a block device with a size; return what was found."""
+    deadline = time.monotonic() + timeout_s
+    found: dict[tuple[str, int], NamespaceDevice] = {}
+    while True:
+        _, namespaces = state(host)
+        by_key = {(ns.subsysnqn, ns.nsid): ns for ns in namespaces if ns.size_bytes > 0}
+        found = {key: by_key[key] for key in wanted if key in by_key}
+        if len(found) == len(wanted) or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)

@@ -1,0 +1,442 @@
+"""Linux-IO (LIO) iSCSI/iSER target through configfs: iblock backstores, target IQN, TPG, LUNs, portal, ACLs.
+
+targetcli-fb needs a system D-Bus, which minimal hosts (and the virtual lab's guests) lack; configfs is what
+targetcli writes in the end, so this module writes it directly.
+
+Ownership: every backstore is named ``<name_prefix>_<device>`` (``fabricqa_nvme0``): that name is the mark.
+The target host's state file ``/run/fabricqa/<name_prefix>-lio.json`` lists the HBAs, backstores and target
+IQN this plugin is about to create, written before the first one exists. A target IQN counts as ours when the
+state file lists it, or when every LUN it has is one of our backstores (what a run killed after the state file
+was lost leaves). Anything else is never touched.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from pytest_fabricqa.lab import IQN_RE, LabModel, TargetModel
+from pytest_fabricqa.targets import remote
+from pytest_fabricqa.targets.base import Export, ExportedUnit, ProvisionError, UndoStack, command_tail, target_index
+from pytest_fabricqa.transport.base import CommandError, Host
+
+ROOT = "/sys/kernel/config/target"
+TPG = "tpgt_1"
+_BACKSTORE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+SNAPSHOT_SCRIPT = r"""
+root=/sys/kernel/config/target
+[ -d "$root/core" ] || { echo NOCONFIGFS; exit 0; }
+cd "$root" || exit 1
+for h in core/*_[0-9]*; do
+  [ -d "$h" ] || continue
+  printf 'H\t%s\n' "${h#core/}"
+  for b in "$h"/*; do
+    [ -d "$b" ] || continue
+    printf 'B\t%s\t%s\t%s\n' "${b#core/}" "$(cat "$b/udev_path" 2>/dev/null)" "$(cat "$b/enable" 2>/dev/null)"
+  done
+done
+[ -d iscsi ] || exit 0
+for t in iscsi/*; do
+  [ -d "$t" ] || continue
+  q=${t#iscsi/}
+  [ "$q" = discovery_auth ] && continue
+  printf 'T\t%s\n' "$q"
+  for tp in "$t"/tpgt_*; do
+    [ -d "$tp" ] || continue
+    g=${tp##*/}
+    printf 'G\t%s\t%s\t%s\n' "$q" "$g" "$(cat "$tp/enable" 2>/dev/null)"
+    for l in "$tp"/lun/lun_*; do
+      [ -d "$l" ] || continue
+      for k in "$l"/*; do [ -L "$k" ] && printf 'L\t%s\t%s\t%s\t%s\n' "$q" "$g" "${l##*/}" "$(readlink "$k")"; done
+    done
+    for n in "$tp"/np/*; do [ -d "$n" ] && printf 'N\t%s\t%s\t%s\t%s\n' "$q" "$g" "${n##*/}" "$(cat "$n/iser" 2>/dev/null)"; done
+    for a in "$tp"/acls/*; do [ -d "$a" ] && printf 'A\t%s\t%s\t%s\n' "$q" "$g" "${a##*/}"; done
+  done
+done
+exit 0
+"""
+
+# Remove one iSCSI target whatever state it is in: disable, mapped LUNs, ACLs, LUNs, portals, TPGs, the IQN.
+REMOVE_TARGET_SCRIPT = r"""
+set -e
+t=/sys/kernel/config/target/iscsi/$1
+[ -d "$t" ] || exit 0
+for tp in "$t"/tpgt_*; do
+  [ -d "$tp" ] || continue
+  echo 0 > "$tp/enable" 2>/dev/null || true
+  for a in "$tp"/acls/*; do
+    [ -d "$a" ] || continue
+    for m in "$a"/lun_*; do
+      [ -d "$m" ] || continue
+      for k in "$m"/*; do [ ! -L "$k" ] || rm -f "$k"; done
+      rmdir "$m"
+    done
+    rmdir "$a"
+  done
+  for l in "$tp"/lun/lun_*; do
+    [ -d "$l" ] || continue
+    for k in "$l"/*; do [ ! -L "$k" ] || rm -f "$k"; done
+    rmdir "$l"
+  done
+  for n in "$tp"/np/*; do
+    [ -d "$n" ] || continue
+    [ ! -f "$n/iser" ] || echo 0 > "$n/iser" 2>/dev/null || true
+    rmdir "$n"
+  done
+  rmdir "$tp"
+done
+rmdir "$t"
+"""
+
+
+@dataclass(frozen=True)
+class LioLun:
+    """A LUN: its number, the lab device behind it and the backstore that serves it."""
+
+    lun: int
+    backing: str
+    path: str
+    backstore: str  # "<name_prefix>_<device>"
+    writable: bool = False
+    destructive_ok: bool = False
+
+
+@dataclass(frozen=True)
+class LioPlan:
+    """Everything to create on one LIO target for one protocol."""
+
+    iqn: str
+    address: str
+    port: int
+    iser: bool
+    luns: tuple[LioLun, ...]
+    acls: tuple[str, ...]  # initiator IQNs; empty means demo mode (generate_node_acls)
+
+    @property
+    def portal(self) -> str:
+        """The portal's configfs name: ADDR:PORT, or [ADDR]:PORT for IPv6."""
+        try:
+            v6 = ipaddress.ip_address(self.address).version == 6
+        except ValueError:
+            v6 = False
+        return f"[{self.address}]:{self.port}" if v6 else f"{self.address}:{self.port}"
+
+
+def plan_from_lab(lab: LabModel, model: TargetModel, protocol: str) -> LioPlan:
+    """The LIO plan a lab declares for ``protocol`` (iscsi or iser)."""
+    assert model.iscsi is not None
+    where = f"targets[{target_index(lab, model)}]"
+    luns = []
+    for lun, name in enumerate(model.iscsi.luns):
+        backstore = f"{model.name_prefix}_{name}"
+        if not _BACKSTORE_NAME.match(backstore):
+            raise ProvisionError(
+                model.host or lab.name,
+                f"backstore name {backstore!r} (name_prefix + device name) is not a valid LIO name",
+                f"use letters, digits, '_', '.' and '-' in {where}.name_prefix and the device names",
+            )
+        dev = model.devices[name]
+        luns.append(LioLun(lun, name, dev.path, backstore, dev.writable, dev.destructive_ok))
+    acls = model.iscsi.acls or tuple(
+        iqn for n in lab.hosts_with("initiator") if (iqn := lab.hosts[n].initiator_iqn) is not None
+    )
+    for iqn in (model.iscsi.iqn, *acls):
+        if not IQN_RE.match(iqn):
+            raise ProvisionError(
+                model.host or lab.name,
+                f"{iqn!r} is not an iSCSI qualified name",
+                "use iqn.yyyy-mm.reverse.domain:name, lower case",
+            )
+    return LioPlan(
+        model.iscsi.iqn, lab.target_address(model), model.iscsi.port, protocol == "iser", tuple(luns), tuple(acls)
+    )
+
+
+@dataclass
+class LioSnapshot:
+    """The LIO configfs tree as :data:`SNAPSHOT_SCRIPT` printed it."""
+
+    loaded: bool = True
+    hbas: list[str] = field(default_factory=list)
+    backstores: dict[str, dict[str, str]] = field(default_factory=dict)  # "iblock_0/name" -> udev_path, enable
+    targets: dict[str, dict[str, Any]] = field(default_factory=dict)  # iqn -> tpgs -> luns/nps/acls
+
+    def backstore_named(self, name: str) -> str | None:
+        """The "hba/name" key of the backstore called ``name``, if any."""
+        return next((key for key in self.backstores if key.split("/", 1)[1] == name), None)
+
+    def lun_backstores(self, iqn: str) -> list[str]:
+        """The backstore names behind every LUN of target ``iqn``."""
+        return [
+            link.rstrip("/").rsplit("/", 1)[-1]
+            for tpg in self.targets.get(iqn, {}).values()
+            for link in tpg["luns"].values()
+        ]
+
+
+def parse_snapshot(text: str) -> LioSnapshot:
+    """Parse :data:`SNAPSHOT_SCRIPT` output."""
+    snap = LioSnapshot()
+    for line in text.splitlines():
+        parts = line.split("\t") + [""] * 5
+        tag = parts[0]
+        if tag == "NOCONFIGFS":
+            snap.loaded = False
+        elif tag == "H":
+            snap.hbas.append(parts[1])
+        elif tag == "B":
+            snap.backstores[parts[1]] = {"udev_path": parts[2], "enable": parts[3]}
+        elif tag == "T":
+            snap.targets[parts[1]] = {}
+        elif tag == "G" and parts[1] in snap.targets:
+            snap.targets[parts[1]][parts[2]] = {"enable": parts[3], "luns": {}, "portals": {}, "acls": []}
+        elif tag in ("L", "N", "A") and parts[2] in snap.targets.get(parts[1], {}):
+            tpg = snap.targets[parts[1]][parts[2]]
+            if tag == "L":
+                tpg["luns"][parts[3]] = parts[4]
+            elif tag == "N":
+                tpg["portals"][parts[3]] = parts[4]
+            else:
+                tpg["acls"].append(parts[3])
+    return snap
+
+
+class LioTarget:
+    """LIO on a lab host, driven through configfs over the host's transport."""
+
+    kind = "lio"
+
+    def __init__(self, lab: LabModel, model: TargetModel, hosts: Mapping[str, Host]) -> None:
+        assert model.host is not None and model.iscsi is not None
+        self.lab = lab
+        self.model = model
+        self.host = hosts[model.host]
+        self.where = f"targets[{target_index(lab, model)}]"
+        self.prefix = f"{model.name_prefix}_"
+        self.state_file = remote.state_path(model.name_prefix, "lio")
+
+    def __repr__(self) -> str:
+        return f"LioTarget({self.host.name})"
+
+    def _fail(self, what: str, fix: str) -> ProvisionError:
+        return ProvisionError(self.host.name, what, fix)
+
+    def _step(self, what: str, action: Any, fix: str = "") -> None:
+        try:
+            action()
+        except CommandError as exc:
+            raise self._fail(f"{what} ({command_tail(exc)})", fix or "see the target's dmesg") from None
+
+    def snapshot(self) -> LioSnapshot:
+        """Read the target's LIO tree in one command."""
+        return parse_snapshot(self.host.run(["sh", "-c", SNAPSHOT_SCRIPT]).stdout)
+
+    # -- provision ------------------------------------------------------------------------------------------
+    def provision(self, protocol: str, undo: UndoStack) -> Export:
+        """Create backstores, the target, its LUNs, the portal (iSER on for iser), ACLs; enable the TPG."""
+        if protocol not in ("iscsi", "iser"):
+            raise self._fail(f"LIO does not serve {protocol} here", f"serve {protocol} with another target kind")
+        plan = plan_from_lab(self.lab, self.model, protocol)
+        modules = ["target_core_mod", "target_core_iblock", "iscsi_target_mod"] + (["ib_isert"] if plan.iser else [])
+        result = self.host.run(["modprobe", "-a", *modules], check=False)
+        if not result.ok:
+            raise self._fail(
+                f"cannot load kernel modules {', '.join(modules)} ({result.stderr.strip() or 'no message'})",
+                "install the kernel's LIO target modules",
+            )
+        snap = self.snapshot()
+        if not snap.loaded:
+            raise self._fail(f"{ROOT}/core is missing", "mount configfs: mount -t configfs none /sys/kernel/config")
+        self._check(plan, snap)
+        hbas = self._pick_hbas(plan, snap)
+        state = {
+            "kind": "lio",
+            "owner": f"pid {os.getpid()}",
+            "hbas": sorted(hbas.values()),
+            "backstores": [f"{hbas[lun.lun]}/{lun.backstore}" for lun in plan.luns],
+            "targets": [plan.iqn],
+        }
+        undo.push(f"remove {self.state_file}", partial(remote.remove_state, self.host, self.state_file))
+        remote.write_state(self.host, self.state_file, state)
+        for lun in plan.luns:
+            self._make_backstore(lun, hbas[lun.lun], undo)
+        self._make_target(plan, hbas, undo)
+        units = tuple(
+            ExportedUnit(plan.iqn, lun.lun, lun.backing, lun.path, lun.writable, lun.destructive_ok)
+            for lun in plan.luns
+        )
+        return Export(protocol, "iser" if plan.iser else "tcp", plan.address, plan.port, units, self.host.name)
+
+    def _check(self, plan: LioPlan, snap: LioSnapshot) -> None:
+        if plan.iqn in snap.targets:
+            raise self._fail(
+                f"iSCSI target {plan.iqn} already exists and was not created by fabricqa",
+                f"remove it on the target or use another IQN in {self.where}.iscsi.iqn",
+            )
+        for lun in plan.luns:
+            if not remote.is_block_device(self.host, lun.path):
+                raise self._fail(
+                    f"backing device {lun.backing} ({lun.path}) does not exist",
+                    f"fix {self.where}.devices.{lun.backing}.path in the lab file or attach the device",
+                )
+            if snap.backstore_named(lun.backstore):
+                raise self._fail(
+                    f"backstore {lun.backstore} is still there from an earlier run and could not be removed",
+                    "remove it by hand (rmdir under /sys/kernel/config/target/core) and check dmesg",
+                )
+            users = [k for k, v in snap.backstores.items() if v["udev_path"] == lun.path and v["enable"] == "1"]
+            if users:
+                raise self._fail(
+                    f"backing device {lun.path} is already exported by LIO backstore {users[0]} (not fabricqa's)",
+                    "remove that backstore or give the lab another device",
+                )
+        busy = remote.listening_processes(self.host, plan.port)
+        if busy:
+            raise self._fail(
+                f"TCP port {plan.port} is taken by a process ({busy[0]})",
+                f"stop that process (tgtd, scst?) or set {self.where}.iscsi.port to a free port",
+            )
+
+    def _pick_hbas(self, plan: LioPlan, snap: LioSnapshot) -> dict[int, str]:
+        # One HBA per backstore (as rtslib does), at indexes nobody uses, so removing ours touches nothing else.
+        used = {int(h.rsplit("_", 1)[1]) for h in snap.hbas if h.rsplit("_", 1)[1].isdigit()}
+        chosen: dict[int, str] = {}
+        for lun in plan.luns:
+            index = next(i for i in range(len(used) + len(plan.luns) + 1) if i not in used)
+            used.add(index)
+            chosen[lun.lun] = f"iblock_{index}"
+        return chosen
+
+    def _make_backstore(self, lun: LioLun, hba: str, undo: UndoStack) -> None:
+        host = self.host
+        hba_path = f"{ROOT}/core/{hba}"
+        path = f"{hba_path}/{lun.backstore}"
+        undo.push(f"remove HBA {hba}", partial(remote.rmdir_if, host, hba_path))
+        self._step(f"cannot create HBA {hba}", partial(remote.mkdir, host, hba_path))
+        undo.push(f"remove backstore {lun.backstore}", partial(remote.rmdir_if, host, path))
+        self._step(f"cannot create backstore {lun.backstore}", partial(remote.mkdir, host, path))
+        self._step(
+            f"cannot point backstore {lun.backstore} at {lun.path}",
+            partial(remote.write, host, f"{path}/control", f"udev_path={lun.path}"),
+        )
+        self._step(
+            f"cannot record udev_path of {lun.backstore}", partial(remote.write, host, f"{path}/udev_path", lun.path)
+        )
+        self._step(
+            f"cannot open {lun.path} for backstore {lun.backstore}",
+            partial(remote.write, host, f"{path}/enable", "1"),
+            f"check that {lun.path} is not mounted, held by device-mapper or exported exclusively elsewhere",
+        )
+
+    def _make_target(self, plan: LioPlan, hbas: dict[int, str], undo: UndoStack) -> None:
+        host = self.host
+        target = f"{ROOT}/iscsi/{plan.iqn}"
+        tpg = f"{target}/{TPG}"
+        undo.push(f"remove iSCSI target {plan.iqn}", partial(remove_target, host, plan.iqn))
+        self._step(f"cannot create iSCSI target {plan.iqn}", partial(remote.mkdir, host, target))
+        self._step(f"cannot create {TPG} of {plan.iqn}", partial(remote.mkdir, host, tpg))
+        for lun in plan.luns:
+            lun_dir = f"{tpg}/lun/lun_{lun.lun}"
+            self._step(f"cannot create LUN {lun.lun} of {plan.iqn}", partial(remote.mkdir, host, lun_dir))
+            self._step(
+                f"cannot map backstore {lun.backstore} to LUN {lun.lun}",
+                partial(
+                    remote.link, host, f"{ROOT}/core/{hbas[lun.lun]}/{lun.backstore}", f"{lun_dir}/{lun.backstore}"
+                ),
+            )
+        portal = f"{tpg}/np/{plan.portal}"
+        self._step(
+            f"cannot open the iSCSI portal {plan.portal}",
+            partial(remote.mkdir, host, portal),
+            f"check that {plan.address} is an address of the target and TCP port {plan.port} is free "
+            f"({self.where}.iscsi.port)",
+        )
+        if plan.iser:
+            self._step(
+                f"cannot switch on iSER on portal {plan.portal}",
+                partial(remote.write, host, f"{portal}/iser", "1"),
+                "check that ib_isert is loaded and an RDMA device (rxe or a NIC) sits on the portal's interface "
+                "(`rdma link`)",
+            )
+        attrib = f"{tpg}/attrib"
+        self._step("cannot switch off CHAP", partial(remote.write, host, f"{attrib}/authentication", "0"))
+        if plan.acls:
+            for iqn in plan.acls:
+                acl = f"{tpg}/acls/{iqn}"
+                self._step(f"cannot create the ACL for {iqn}", partial(remote.mkdir, host, acl))
+                for lun in plan.luns:
+                    mapped = f"{acl}/lun_{lun.lun}"
+                    self._step(f"cannot map LUN {lun.lun} for {iqn}", partial(remote.mkdir, host, mapped))
+                    self._step(
+                        f"cannot map LUN {lun.lun} for {iqn}",
+                        partial(remote.link, host, f"{tpg}/lun/lun_{lun.lun}", f"{mapped}/lun_{lun.lun}"),
+                    )
+        else:
+            # No initiator IQNs declared: demo mode, every initiator sees every LUN, writable.
+            for name, value in (
+                ("generate_node_acls", "1"),
+                ("cache_dynamic_acls", "1"),
+                ("demo_mode_write_protect", "0"),
+            ):
+                self._step(f"cannot set {name}", partial(remote.write, host, f"{attrib}/{name}", value))
+        self._step(f"cannot enable {plan.iqn} {TPG}", partial(remote.write, host, f"{tpg}/enable", "1"))
+
+    # -- stale state and leftovers -------------------------------------------------------------------------
+    def _ours(self, snap: LioSnapshot) -> tuple[list[str], list[str], list[str], bool]:
+        state = remote.read_state(self.host, self.state_file)
+        recorded = state or {}
+        targets = [t for t in recorded.get("targets", []) if t in snap.targets]
+        for iqn in snap.targets:
+            names = snap.lun_backstores(iqn)
+            if iqn not in targets and names and all(n.startswith(self.prefix) for n in names):
+                targets.append(iqn)
+        backstores = [k for k in snap.backstores if k.split("/", 1)[1].startswith(self.prefix)]
+        backstores += [k for k in recorded.get("backstores", []) if k in snap.backstores and k not in backstores]
+        hbas = [h for h in recorded.get("hbas", []) if h in snap.hbas]
+        return targets, backstores, hbas, state is not None
+
+    def cleanup_stale(self) -> list[str]:
+        """Remove the targets, backstores and HBAs an earlier run left, then its state file."""
+        snap = self.snapshot()
+        removed: list[str] = []
+        if snap.loaded:
+            targets, backstores, hbas, has_state = self._ours(snap)
+            for iqn in targets:
+                remove_target(self.host, iqn)
+                removed.append(f"{self.host.name}: removed iSCSI target {iqn}")
+            for key in backstores:
+                remote.rmdir_if(self.host, f"{ROOT}/core/{key}")
+                removed.append(f"{self.host.name}: removed LIO backstore {key}")
+            for hba in hbas:
+                if self.host.run(["rmdir", f"{ROOT}/core/{hba}"], check=False).ok:
+                    removed.append(f"{self.host.name}: removed LIO HBA {hba}")
+        else:
+            has_state = remote.read_state(self.host, self.state_file) is not None
+        if has_state:
+            remote.remove_state(self.host, self.state_file)
+            removed.append(f"{self.host.name}: removed the stale state file {self.state_file}")
+        return removed
+
+    def leftovers(self) -> list[str]:
+        """Targets, backstores and HBAs this plugin created that are still there, and its state file."""
+        snap = self.snapshot()
+        targets, backstores, hbas, has_state = self._ours(snap) if snap.loaded else ([], [], [], False)
+        if not snap.loaded:
+            has_state = remote.read_state(self.host, self.state_file) is not None
+        found = [f"{self.host.name}: iSCSI target {t} is still configured" for t in targets]
+        found += [f"{self.host.name}: LIO backstore {b} is still configured" for b in backstores]
+        found += [f"{self.host.name}: LIO HBA {h} is still configured" for h in hbas]
+        if has_state:
+            found.append(f"{self.host.name}: state file {self.state_file} is still there")
+        return found
+
+
+def remove_target(host: Host, iqn: str) -> None:
+    """Remove iSCSI target ``iqn`` with its TPGs, ACLs, LUNs and portals (idempotent)."""
+    host.run(["sh", "-c", REMOVE_TARGET_SCRIPT, "sh", iqn])

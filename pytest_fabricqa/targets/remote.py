@@ -1,0 +1,88 @@
+"""Small remote file-system steps the kernel targets share: configfs writes and the ownership state file.
+
+Every script here is fixed text; lab values travel only as positional arguments (``sh -c SCRIPT sh ARG...``),
+so an NQN, IQN or path never becomes shell syntax.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pytest_fabricqa.transport.base import Host
+
+STATE_DIR = "/run/fabricqa"
+
+_WRITE = 'printf %s "$1" > "$2"'
+_RMDIR_IF = '[ ! -d "$1" ] || rmdir "$1"'
+_UNLINK_IF = '[ ! -L "$1" ] || rm -f "$1"'
+_LINK = 'ln -s "$1" "$2"'
+# Written to a temporary name and renamed: a run killed mid-write never leaves a torn state file.
+_WRITE_STATE = 'mkdir -p "$(dirname "$2")" && printf %s "$1" > "$2.tmp" && mv -f "$2.tmp" "$2"'
+_READ_IF = '[ ! -e "$1" ] || cat "$1"'
+
+
+def write(host: Host, path: str, value: str) -> None:
+    """Write ``value`` into the configfs attribute ``path``."""
+    host.run(["sh", "-c", _WRITE, "sh", value, path])
+
+
+def mkdir(host: Host, path: str) -> None:
+    """Create one configfs object (a directory)."""
+    host.run(["mkdir", path])
+
+
+def rmdir_if(host: Host, path: str) -> None:
+    """Remove a configfs directory if it is there (idempotent)."""
+    host.run(["sh", "-c", _RMDIR_IF, "sh", path])
+
+
+def link(host: Host, source: str, link_path: str) -> None:
+    """Create a configfs symlink ``link_path`` -> ``source``."""
+    host.run(["sh", "-c", _LINK, "sh", source, link_path])
+
+
+def unlink_if(host: Host, path: str) -> None:
+    """Remove a configfs symlink if it is there (idempotent)."""
+    host.run(["sh", "-c", _UNLINK_IF, "sh", path])
+
+
+def state_path(prefix: str, kind: str) -> str:
+    """Where the state file of a target kind lives on its host, e.g. /run/fabricqa/fabricqa-nvmet.json.
+
+    /run is a tmpfs: the state file lives exactly as long as the configfs objects it describes.
+    """
+    return f"{STATE_DIR}/{prefix}-{kind}.json"
+
+
+def read_state(host: Host, path: str) -> dict[str, Any] | None:
+    """The state file's content, or None when there is none (a torn or foreign file reads as empty state)."""
+    text = host.run(["sh", "-c", _READ_IF, "sh", path]).stdout
+    if not text.strip():
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_state(host: Host, path: str, data: dict[str, Any]) -> None:
+    """Replace the state file atomically."""
+    host.run(["sh", "-c", _WRITE_STATE, "sh", json.dumps(data, sort_keys=True), path])
+
+
+def remove_state(host: Host, path: str) -> None:
+    """Delete the state file (idempotent)."""
+    host.run(["rm", "-f", path])
+
+
+def is_block_device(host: Host, path: str) -> bool:
+    """True when ``path`` is a block device on ``host``."""
+    return host.run(["test", "-b", path], check=False).ok
+
+
+def listening_processes(host: Host, port: int) -> list[str]:
+    """Processes (not kernel sockets) listening on TCP ``port``: ``ss`` lines carrying ``users:``."""
+    result = host.run(["ss", "-Hltnp", "sport", "=", f":{port}"], check=False)
+    return [line.strip() for line in result.stdout.splitlines() if "users:" in line]
