@@ -1,8 +1,9 @@
-"""Boot, reach and stop a virtual lab: QEMU guests (software emulation) joined by one VDE switch.
+"""Boot, reach and stop a virtual lab: QEMU guests (software emulation) joined by one Ethernet switch.
 
 Each guest gets two NICs: ``eth0`` on QEMU user networking (``restrict=on``: no traffic leaves QEMU, only the
-SSH port forward on 127.0.0.1 reaches in) and ``eth1`` on a ``vde_switch`` listening on a UNIX socket in the
-run dir, which is the lab's storage segment. Nothing is ever sent beyond 127.0.0.1 and UNIX sockets.
+SSH port forward on 127.0.0.1 reaches in) and ``eth1`` on a switch listening on a UNIX socket, which is the
+lab's storage segment: our own ``switch.py`` (default; passes jumbo frames) or ``vde_switch`` (frames up to
+1518 bytes). Nothing is ever sent beyond 127.0.0.1 and UNIX sockets.
 
 Run dir layout (all of it is the lab's; nothing outside but the image cache and, for long run dirs, a short
 socket folder in /tmp)::
@@ -28,6 +29,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -114,6 +116,16 @@ def initiator_name(spec: VlabSpec, guest: Guest) -> str:
     return f"{IQN_PREFIX}:{spec.name}.{guest.name}"
 
 
+def host_nqn(spec: VlabSpec, guest: Guest) -> tuple[str, str]:
+    """The guest's NVMe host NQN and host ID, stable per lab and guest name and unique between guests.
+
+    The image's nvme-cli generated one /etc/nvme/hostnqn at build time, which every guest would share;
+    a target's allowed-hosts list could then not tell the initiators apart.
+    """
+    host_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"fabricqa-vlab:{spec.name}/{guest.name}"))
+    return f"nqn.2014-08.org.nvmexpress:uuid:{host_id}", host_id
+
+
 def known_hosts_line(port: int, host_public_key: str) -> str:
     """A known_hosts line pinning a guest's host key for ``ssh -p PORT root@127.0.0.1``."""
     kind, blob = host_public_key.split()[:2]
@@ -140,9 +152,20 @@ def qemu_argv(
     sock_dir: Path,
     *,
     accel: str = "tcg",
+    switch: str = "stream",
 ) -> list[str]:
-    """The qemu-system-x86_64 command line of one guest (daemonized, console to ``guest_dir/console.log``)."""
+    """The qemu-system-x86_64 command line of one guest (daemonized, console to ``guest_dir/console.log``).
+
+    ``switch`` is the storage segment: ``stream`` (our switch.py, jumbo frames) or ``vde`` (vde_switch,
+    frames up to 1518 bytes only).
+    """
     mgmt_mac, storage_mac = guest_macs(index)
+    if switch == "vde":
+        storage_netdev = f"vde,id=storage,sock={sock_dir / 'switch'}"
+    elif switch == "stream":
+        storage_netdev = f"stream,id=storage,server=off,addr.type=unix,addr.path={sock_dir / 'switch.sock'}"
+    else:
+        raise ValueError(f"switch {switch!r}: use 'stream' or 'vde'")
     argv = [
         QEMU,
         "-name", guest.name,
@@ -164,7 +187,7 @@ def qemu_argv(
         "-no-reboot",
         "-netdev", f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{guest.ssh_port}-:22",
         "-device", f"virtio-net-pci,netdev=mgmt,mac={mgmt_mac}",
-        "-netdev", f"vde,id=storage,sock={sock_dir / 'switch'}",
+        "-netdev", storage_netdev,
         "-device", f"virtio-net-pci,netdev=storage,mac={storage_mac}",
         "-device", "virtio-rng-pci",
         "-fw_cfg", f"name=opt/fabricqa/config.tar,file={guest_dir / 'config.tar'}",
@@ -200,7 +223,8 @@ def guest_env(spec: VlabSpec, guest: Guest, index: int) -> str:
 def guest_config_tar(
     spec: VlabSpec, guest: Guest, index: int, host_key: Path, client_public_key: str, init_script: str
 ) -> bytes:
-    """The tar the guest unpacks over ``/`` at boot: init, env, hostname, hosts, keys, initiator name."""
+    """The tar the guest unpacks over ``/`` at boot: init, env, hostname, hosts, keys, initiator names."""
+    nqn, host_id = host_nqn(spec, guest)
     hosts = "127.0.0.1\tlocalhost\n" + "".join(f"{g.storage_ip}\t{g.name}\n" for g in spec.guests)
     files: list[tuple[str, bytes, int]] = [
         ("sbin/fabricqa-init", init_script.encode(), 0o755),
@@ -211,6 +235,8 @@ def guest_config_tar(
         ("etc/ssh/ssh_host_ed25519_key.pub", host_key.with_suffix(".pub").read_bytes(), 0o644),
         ("root/.ssh/authorized_keys", client_public_key.encode(), 0o600),
         ("etc/iscsi/initiatorname.iscsi", f"InitiatorName={initiator_name(spec, guest)}\n".encode(), 0o644),
+        ("etc/nvme/hostnqn", f"{nqn}\n".encode(), 0o644),
+        ("etc/nvme/hostid", f"{host_id}\n".encode(), 0o644),
     ]
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
@@ -282,11 +308,12 @@ class VirtualLab:
         owner_pid: int | None = None,
         log: Callable[[str], None] = print,
         timeout_s: float = DEFAULT_BOOT_TIMEOUT_S,
+        switch: str = "stream",
     ) -> VirtualLab:
         """Boot every guest of ``spec`` in parallel and return once each one answers SSH as root.
 
         With ``owner_pid`` the lab dies with that process (a watchdog polls it every 2 s); without, it stays
-        up until :meth:`stop`. Raises :class:`VlabError` naming the failed step and the guest's console log;
+        up until :meth:`stop`. ``switch`` picks the storage segment (see :func:`qemu_argv`). Raises :class:`VlabError` naming the failed step and the guest's console log;
         whatever was started is stopped again first.
         """
         run_dir = Path(run_dir).resolve()
@@ -295,7 +322,7 @@ class VirtualLab:
             log(f"vlab: killed a stale process of an earlier run: {line}")
         if cls.attach(spec, run_dir) is not None or procs.read_state(run_dir) is not None:
             raise VlabError("qemu start", f"a lab is already running in {run_dir}; attach() or stop() it first")
-        for tool in (QEMU, "vde_switch", "ssh", "ssh-keygen"):
+        for tool in (QEMU, "ssh", "ssh-keygen", *(["vde_switch"] if switch == "vde" else [])):
             if shutil.which(tool) is None:
                 raise VlabError(
                     "qemu start", f"`{tool}` not found; apt-get install qemu-system-x86 vde2 openssh-client"
@@ -320,7 +347,7 @@ class VirtualLab:
         )
         lab = cls(spec, run_dir, image, state)
         try:
-            lab._launch(sock_dir, log)
+            lab._launch(sock_dir, switch, log)
             lab._wait_ready(timeout_s, log)
         except BaseException:
             lab.stop()
@@ -337,7 +364,7 @@ class VirtualLab:
         )
         procs.write_state(self.run_dir, self.state)
 
-    def _launch(self, sock_dir: Path, log: Callable[[str], None]) -> None:
+    def _launch(self, sock_dir: Path, switch: str, log: Callable[[str], None]) -> None:
         assert self.image is not None
         image = self.image
         # The state file exists before the first process does, so a crash from here on leaves nothing unknown.
@@ -358,12 +385,7 @@ class VirtualLab:
         if sock_dir.exists():
             shutil.rmtree(sock_dir)
         sock_dir.mkdir(mode=0o700, parents=True)
-        switch_pidfile = sock_dir / "switch.pid"
-        argv = ["vde_switch", "-s", str(sock_dir / "switch"), "-d", "-p", str(switch_pidfile)]
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
-        if proc.returncode != 0:
-            raise VlabError("storage link", f"vde_switch exited {proc.returncode}: {proc.stderr.strip()}")
-        self._record(procs.ref("vde_switch", int(switch_pidfile.read_text())))
+        self._record(self._start_switch(sock_dir, switch))
 
         init_script = INIT_SCRIPT.read_text()
         for index, guest in enumerate(self.spec.guests):
@@ -376,7 +398,7 @@ class VirtualLab:
             for drive in guest.drives:
                 with (gdir / f"drive-{drive.id}.raw").open("wb") as handle:
                     handle.truncate(drive.size_mb * 1024 * 1024)
-            argv = qemu_argv(guest, index, image, gdir, sock_dir)
+            argv = qemu_argv(guest, index, image, gdir, sock_dir, switch=switch)
             (gdir / "qemu.argv").write_text(shlex.join(argv) + "\n")
             proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
             if proc.returncode != 0:
@@ -386,10 +408,29 @@ class VirtualLab:
             self._record(procs.ref(f"qemu {guest.name}", int((gdir / "qemu.pid").read_text())))
             log(f"vlab: {guest.name} started (ssh 127.0.0.1:{guest.ssh_port}, eth1 {guest.storage_address})")
 
+    def _start_switch(self, sock_dir: Path, switch: str) -> procs.ProcessRef:
+        if switch == "vde":
+            pidfile = sock_dir / "switch.pid"
+            argv = ["vde_switch", "-s", str(sock_dir / "switch"), "-d", "-p", str(pidfile)]
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
+            if proc.returncode != 0:
+                raise VlabError("storage link", f"vde_switch exited {proc.returncode}: {proc.stderr.strip()}")
+            return procs.ref("switch vde", int(pidfile.read_text()))
+        argv = [sys.executable, "-m", "pytest_fabricqa.vlab.switch", str(sock_dir / "switch.sock")]
+        with (self.run_dir / "switch.log").open("ab") as logfile:
+            child = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=logfile,
+                start_new_session=True, env=_child_env(),
+            )  # fmt: skip
+        assert child.stdout is not None
+        if child.stdout.readline().strip() != b"ready":
+            child.kill()
+            raise VlabError("storage link", f"the storage switch did not start; see {self.run_dir / 'switch.log'}")
+        child.stdout.close()
+        return procs.ref("switch", child.pid)
+
     def _start_watchdog(self) -> None:
-        package_parent = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+        env = _child_env()
         with (self.run_dir / "watchdog.log").open("ab") as logfile:
             subprocess.Popen(
                 [sys.executable, "-m", "pytest_fabricqa.vlab.watchdog", str(self.run_dir)],
@@ -514,6 +555,14 @@ class VirtualLab:
         (self.run_dir / procs.STATE_FILE).unlink(missing_ok=True)  # the watchdog exits when it sees this
         if sock_dir.exists():
             shutil.rmtree(sock_dir, ignore_errors=True)
+
+
+def _child_env() -> dict[str, str]:
+    """The environment for our helper processes (``python -m pytest_fabricqa.vlab...``): this package first."""
+    package_parent = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+    return env
 
 
 def _tail(path: Path, lines: int = 15) -> str:

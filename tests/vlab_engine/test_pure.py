@@ -9,6 +9,7 @@ import io
 import json
 import re
 import shlex
+import socket
 import subprocess
 import sys
 import tarfile
@@ -24,6 +25,7 @@ from pytest_fabricqa.vlab.machine import (
     BOOT_MODULES,
     guest_config_tar,
     guest_env,
+    host_nqn,
     initiator_name,
     known_hosts_line,
     qemu_argv,
@@ -139,7 +141,9 @@ def test_qemu_argv() -> None:
     assert argv[0] == "qemu-system-x86_64"
     assert "-accel tcg,tb-size=256 -cpu max" in joined
     assert "user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:10022-:22" in argv
-    assert "vde,id=storage,sock=/run/lab/sock/switch" in argv
+    assert "stream,id=storage,server=off,addr.type=unix,addr.path=/run/lab/sock/switch.sock" in argv
+    vde = qemu_argv(guest, 0, image, Path("/run/lab/vstor"), Path("/run/lab/sock"), switch="vde")
+    assert "vde,id=storage,sock=/run/lab/sock/switch" in vde
     assert "virtio-net-pci,netdev=mgmt,mac=52:54:00:fa:00:00" in argv
     assert "virtio-net-pci,netdev=storage,mac=52:54:00:fa:01:00" in argv
     assert "nvme,serial=NVME0001,drive=drv-NVME0001" in argv
@@ -207,6 +211,9 @@ def test_guest_config_tar(tmp_path: Path) -> None:
         assert read("etc/iscsi/initiatorname.iscsi") == f"InitiatorName={initiator_name(SPEC, SPEC.guests[1])}\n"
         assert read("root/.ssh/authorized_keys") == "ssh-ed25519 CLIENT x\n"
         assert "10.10.10.10\tvstor" in read("etc/hosts")
+        nqn, host_id = host_nqn(SPEC, SPEC.guests[1])
+        assert read("etc/nvme/hostnqn") == f"{nqn}\n" and nqn.endswith(host_id)
+        assert read("etc/nvme/hostid") == f"{host_id}\n"
         assert members["etc/ssh/ssh_host_ed25519_key"].mode == 0o600
         assert members["sbin/fabricqa-init"].mode == 0o755
         assert members["root/.ssh"].isdir() and members["root/.ssh"].mode == 0o700
@@ -215,7 +222,9 @@ def test_guest_config_tar(tmp_path: Path) -> None:
 
 def test_initiator_names_are_unique_per_guest() -> None:
     names = {initiator_name(SPEC, g) for g in SPEC.guests}
-    assert len(names) == len(SPEC.guests)
+    nqns = {host_nqn(SPEC, g) for g in SPEC.guests}
+    assert len(names) == len(nqns) == len(SPEC.guests)
+    assert host_nqn(SPEC, SPEC.guests[0]) == host_nqn(SPEC, SPEC.guests[0])  # stable across runs
 
 
 def test_socket_dir_stays_short(tmp_path: Path) -> None:
@@ -354,3 +363,52 @@ def test_watchdog_kills_the_lab_when_its_owner_dies(tmp_path: Path) -> None:
         for proc in (owner, stand_in):
             proc.kill()
             proc.wait()
+
+
+def _frame(dst: bytes, src: bytes, size: int) -> bytes:
+    frame = dst + src + b"\x08\x00" + bytes(size - 14)
+    return len(frame).to_bytes(4, "big") + frame
+
+
+def _recv_frame(sock: socket.socket) -> bytes:
+    head = b""
+    while len(head) < 4:
+        head += sock.recv(4 - len(head))
+    size = int.from_bytes(head, "big")
+    body = b""
+    while len(body) < size:
+        body += sock.recv(size - len(body))
+    return body
+
+
+def test_switch_floods_learns_and_passes_jumbo_frames(tmp_path: Path) -> None:
+    path = tmp_path / "switch.sock"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest_fabricqa.vlab.switch", str(path)],
+        stdout=subprocess.PIPE,
+        cwd=Path(image_mod.__file__).parents[2],
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        ports = []
+        for _ in range(3):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(5)
+            sock.connect(str(path))
+            ports.append(sock)
+        time.sleep(0.2)
+        mac = [bytes([0x52, 0x54, 0, 0xFA, 1, i]) for i in range(3)]
+        broadcast = b"\xff" * 6
+        ports[0].sendall(_frame(broadcast, mac[0], 60))  # flooded to 1 and 2; switch learns mac0 -> port 0
+        assert _recv_frame(ports[1])[6:12] == mac[0]
+        assert _recv_frame(ports[2])[6:12] == mac[0]
+        ports[1].sendall(_frame(mac[0], mac[1], 9014))  # a full 9000-MTU frame, unicast to a learned MAC
+        jumbo = _recv_frame(ports[0])
+        assert len(jumbo) == 9014 and jumbo[:6] == mac[0]
+        ports[2].setblocking(False)
+        with pytest.raises(BlockingIOError):
+            ports[2].recv(1)  # the unicast frame did not reach the third port
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
+    assert not path.exists()
