@@ -276,19 +276,19 @@ def _connect_nvme(lab: LabModel, export: Export, host: Host, undo: UndoStack) ->
     return _Connected(devices, discovered)
 
 
-def iface_name(model: TargetModel) -> str:
-    """The open-iscsi iface record this plugin creates for a target (its mark on the initiator)."""
-    return model.name_prefix
+def iface_name(model: TargetModel, transport: str) -> str:
+    """The open-iscsi iface record this plugin creates for a target and transport (its mark on the initiator)."""
+    return f"{model.name_prefix}_{transport}"
 
 
 def _connect_iscsi(lab: LabModel, model: TargetModel, export: Export, host: Host, undo: UndoStack) -> _Connected:
-    iface = iface_name(model)
+    iface = iface_name(model, export.transport)
     iqn = export.subsystems[0]
     initiator_iqn = lab.hosts[host.name].initiator_iqn
     portal = iscsi.portal_name(export.address, export.port)
     undo.push(f"delete iface {iface}", partial(iscsi.delete_iface, host, iface))
     try:
-        iscsi.ensure_iface(host, iface, initiator_iqn)
+        iscsi.ensure_iface(host, iface, export.transport, initiator_iqn)
     except CommandError as exc:
         raise ProvisionError(
             host.name, f"cannot create the open-iscsi iface {iface} ({command_tail(exc)})", "is iscsid running?"
@@ -315,7 +315,7 @@ def _connect_iscsi(lab: LabModel, model: TargetModel, export: Export, host: Host
     portal = next((t.portal for t in targets if t.iqn == iqn and t.portal == portal), portal)
     undo.push(f"log out of {iqn}", partial(iscsi.logout, host, iqn, portal))
     try:
-        iscsi.login(host, iqn, portal, iface, export.transport)
+        iscsi.login(host, iqn, portal, iface)
     except CommandError as exc:
         fix = (
             f"check that the target's ACLs admit {initiator_iqn}"
@@ -414,7 +414,7 @@ def _initiator_objects(lab: LabModel, host: Host) -> list[tuple[str, Callable[[]
                         partial(_delete_node, host, record.iqn, record.portal),
                     )
                 )
-        for iface in sorted({iface_name(t) for t in iqns.values()}):
+        for iface in sorted({iface_name(t, tr) for t in iqns.values() for tr in ("tcp", "iser")}):
             if iscsi.iface_exists(host, iface):
                 found.append(
                     (f"{host.name}: open-iscsi iface {iface} still there", partial(iscsi.delete_iface, host, iface))

@@ -1,9 +1,10 @@
 """open-iscsi: an iface of our own, SendTargets discovery, login over tcp or iser, LUN devices, logout.
 
-The plugin logs in through its own iface record (named after the lab's ``name_prefix``), which carries the
-lab's ``initiator_iqn`` (``iface.initiatorname``) so the target's ACLs match without touching
-``/etc/iscsi/initiatorname.iscsi``. For iser, discovery still runs over TCP beside the iSER portal and the node
-record's ``iface.transport_name`` is switched to ``iser`` before login (what worked on the virtual lab).
+The plugin logs in through its own iface record, ``<name_prefix>_tcp`` or ``<name_prefix>_iser``, which carries
+the transport and the lab's ``initiator_iqn`` (``iface.initiatorname``), so the target's ACLs match without
+touching ``/etc/iscsi/initiatorname.iscsi``. Discovery runs through the same iface, so its node records are bound
+to it. (Switching a node record's ``iface.transport_name`` to iser instead leaves a record that ``-I IFACE`` no
+longer finds: "No records found", seen on open-iscsi 2.1.8.)
 Block devices come from sysfs (``/sys/class/iscsi_session/sessionN/device/target*/H:C:T:L/block/sdX``):
 minimal hosts have no udev, so /dev/disk/by-path may not exist.
 """
@@ -125,12 +126,12 @@ def parse_sysfs(text: str) -> list[LunDevice]:
     return out
 
 
-def ensure_iface(host: Host, iface: str, initiator_iqn: str | None) -> None:
-    """Create the plugin's iface record (tcp) carrying ``initiator_iqn`` (idempotent)."""
+def ensure_iface(host: Host, iface: str, transport: str, initiator_iqn: str | None) -> None:
+    """Create the plugin's iface record for ``transport`` (tcp or iser) carrying ``initiator_iqn`` (idempotent)."""
     exists = host.run(["iscsiadm", "-m", "iface", "-I", iface], check=False)
     if not exists.ok:
         host.run(["iscsiadm", "-m", "iface", "-I", iface, "-o", "new"])
-    host.run(["iscsiadm", "-m", "iface", "-I", iface, "-o", "update", "-n", "iface.transport_name", "-v", "tcp"])
+    host.run(["iscsiadm", "-m", "iface", "-I", iface, "-o", "update", "-n", "iface.transport_name", "-v", transport])
     if initiator_iqn:
         host.run(
             ["iscsiadm", "-m", "iface", "-I", iface, "-o", "update", "-n", "iface.initiatorname", "-v", initiator_iqn]
@@ -156,11 +157,9 @@ def discover(host: Host, address: str, port: int, iface: str) -> list[Discovered
     return parse_discovery(result.stdout)
 
 
-def login(host: Host, iqn: str, portal: str, iface: str, transport: str) -> None:
-    """Log in to ``iqn`` at ``portal`` through ``iface``, over ``transport`` (tcp or iser)."""
-    node = ["iscsiadm", "-m", "node", "-T", iqn, "-p", portal, "-I", iface]
-    host.run([*node, "-o", "update", "-n", "iface.transport_name", "-v", transport])
-    host.run([*node, "--login"], timeout=180)
+def login(host: Host, iqn: str, portal: str, iface: str) -> None:
+    """Log in to ``iqn`` at ``portal`` through ``iface`` (whose transport, tcp or iser, the session uses)."""
+    host.run(["iscsiadm", "-m", "node", "-T", iqn, "-p", portal, "-I", iface, "--login"], timeout=180)
 
 
 def logout(host: Host, iqn: str, portal: str) -> None:

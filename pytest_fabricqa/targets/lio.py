@@ -338,6 +338,8 @@ class LioTarget:
         host = self.host
         target = f"{ROOT}/iscsi/{plan.iqn}"
         tpg = f"{target}/{TPG}"
+        # The iscsi fabric group appears on first mkdir (it loads iscsi_target_mod); it is shared, never removed.
+        self._step("cannot register the iSCSI fabric in configfs", partial(host.run, ["mkdir", "-p", f"{ROOT}/iscsi"]))
         undo.push(f"remove iSCSI target {plan.iqn}", partial(remove_target, host, plan.iqn))
         self._step(f"cannot create iSCSI target {plan.iqn}", partial(remote.mkdir, host, target))
         self._step(f"cannot create {TPG} of {plan.iqn}", partial(remote.mkdir, host, tpg))
