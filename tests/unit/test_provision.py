@@ -1,0 +1,93 @@
+"""Undo stacks, the target registry and one-line errors (no hosts needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_fabricqa.lab import load_lab
+from pytest_fabricqa.provision import FabricDevice, ProvisionError, _one_line
+from pytest_fabricqa.targets import REGISTRY, UndoStack, load_target
+from pytest_fabricqa.transport.base import CommandError, CommandResult
+
+LABS = Path(__file__).parents[2] / "labs"
+
+
+def test_undo_runs_newest_first_once_and_keeps_going_after_a_failure() -> None:
+    ran: list[str] = []
+    undo = UndoStack()
+    undo.push("remove port", lambda: ran.append("port"))
+
+    def broken() -> None:
+        ran.append("namespace")
+        raise CommandError(CommandResult("vstor", ("rmdir", "x"), 1, "", "rmdir: Device or resource busy"))
+
+    undo.push("remove namespace", broken)
+    undo.push("disconnect", lambda: ran.append("disconnect"))
+    errors = undo.unwind()
+    assert ran == ["disconnect", "namespace", "port"]
+    assert errors == ["remove namespace: rmdir: Device or resource busy"]
+    assert undo.unwind() == [] and ran == ["disconnect", "namespace", "port"]  # idempotent
+
+
+def test_every_lab_target_kind_is_registered_and_unimplemented_ones_say_so() -> None:
+    from pytest_fabricqa.lab import TARGET_KINDS
+
+    assert set(REGISTRY) == set(TARGET_KINDS)
+    lab = load_lab(LABS / "rac3.yaml")
+    scst = lab.target_for("iser")
+    with pytest.raises(ProvisionError) as info:
+        load_target(lab, scst, {})
+    message = str(info.value)
+    assert message.startswith("el72h3: target kind 'scst' (lab 'rac3' targets[1].kind) is not implemented yet;")
+    assert "\n" not in message
+
+
+def test_registry_loads_each_driver_lazily() -> None:
+    lab = load_lab(LABS / "vlab.yaml")
+    hosts = {"vstor": object()}
+    assert type(load_target(lab, lab.target_for("nvme-tcp"), hosts)).__name__ == "NvmetTarget"  # type: ignore[arg-type]
+    assert type(load_target(lab, lab.target_for("iser"), hosts)).__name__ == "LioTarget"  # type: ignore[arg-type]
+
+
+def test_external_target_describes_without_provisioning(tmp_path: Path) -> None:
+    text = (
+        (LABS / "vlab.yaml")
+        .read_text()
+        .replace("  - kind: lio\n    host: vstor\n", "  - kind: external\n    address: 10.10.10.50\n")
+    )
+    (tmp_path / "lab.yaml").write_text(text)
+    lab = load_lab(tmp_path / "lab.yaml")
+    target = load_target(lab, lab.target_for("iser"), {})
+    undo = UndoStack()
+    export = target.provision("iser", undo)
+    assert (export.address, export.port, export.transport, export.subsystems) == (
+        "10.10.10.50",
+        3260,
+        "iser",
+        ("iqn.2026-11.io.fabricqa:vstor",),
+    )
+    assert len(undo) == 0 and target.leftovers() == [] and target.cleanup_stale() == []
+
+
+def test_several_initiator_failures_become_one_line() -> None:
+    failures: list[BaseException] = [
+        ProvisionError("vnode1", "cannot reach the portal 10.10.10.99:4420 (nvme-tcp)", "check the storage network"),
+        ProvisionError("vnode2", "cannot reach the portal 10.10.10.99:4420 (nvme-tcp)", "check the storage network"),
+    ]
+    error = _one_line(failures)
+    assert str(error) == (
+        "vnode1: cannot reach the portal 10.10.10.99:4420 (nvme-tcp) (and 1 more initiator failed); "
+        "check the storage network"
+    )
+    command = CommandError(
+        CommandResult("vnode1", ("nvme", "connect"), 1, "", "line1\nFailed to write to /dev/nvme-fabrics")
+    )
+    assert str(_one_line([command])) == "vnode1: `nvme connect` failed (Failed to write to /dev/nvme-fabrics)"
+
+
+def test_fabric_device_is_frozen() -> None:
+    device = FabricDevice("vnode1", "/dev/nvme0n1", "nvme0", "nqn.x:y", 1, 1024, 512, True, False)
+    with pytest.raises(AttributeError):
+        device.path = "/dev/sda"  # type: ignore[misc]

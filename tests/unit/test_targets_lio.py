@@ -1,0 +1,113 @@
+"""LIO: the configfs snapshot parser (recorded on the virtual lab), plans, and what counts as ours."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_fabricqa.lab import load_lab
+from pytest_fabricqa.targets.base import ProvisionError
+from pytest_fabricqa.targets.lio import LioTarget, parse_snapshot, plan_from_lab
+from pytest_fabricqa.transport.base import CommandResult
+
+DATA = Path(__file__).parents[1] / "data" / "targets"
+LABS = Path(__file__).parents[2] / "labs"
+
+
+def test_recorded_iser_snapshot() -> None:
+    snap = parse_snapshot((DATA / "lio-snapshot-iser.txt").read_text())
+    assert snap.hbas == ["iblock_0"]
+    assert snap.backstores == {"iblock_0/fabricqa_nvme0": {"udev_path": "/dev/nvme0n1", "enable": "1"}}
+    tpg = snap.targets["iqn.2026-11.io.fabricqa:vstor"]["tpgt_1"]
+    assert tpg["enable"] == "1"
+    assert tpg["portals"] == {"10.10.10.19:3260": "1"}
+    assert tpg["acls"] == ["iqn.2026-11.io.fabricqa:vnode1", "iqn.2026-11.io.fabricqa:vnode2"]
+    assert snap.lun_backstores("iqn.2026-11.io.fabricqa:vstor") == ["fabricqa_nvme0"]
+    assert snap.backstore_named("fabricqa_nvme0") == "iblock_0/fabricqa_nvme0"
+
+
+def test_recorded_iscsi_snapshot_has_iser_off_and_the_empty_tree_is_empty() -> None:
+    snap = parse_snapshot((DATA / "lio-snapshot-iscsi.txt").read_text())
+    assert snap.targets["iqn.2026-11.io.fabricqa:vstor"]["tpgt_1"]["portals"] == {"10.10.10.19:3260": "0"}
+    empty = parse_snapshot((DATA / "lio-snapshot-empty.txt").read_text())
+    assert empty.loaded and not empty.targets and not empty.backstores
+
+
+def test_plan_names_backstores_with_the_prefix_and_uses_initiator_iqns_as_acls() -> None:
+    lab = load_lab(LABS / "vlab.yaml")
+    plan = plan_from_lab(lab, lab.target_for("iser"), "iser")
+    assert plan.iser and plan.portal == "10.10.10.19:3260"
+    assert [(lun.lun, lun.backstore, lun.path) for lun in plan.luns] == [(0, "fabricqa_nvme0", "/dev/nvme0n1")]
+    assert plan.acls == ("iqn.2026-11.io.fabricqa:vnode1", "iqn.2026-11.io.fabricqa:vnode2")
+    assert not plan_from_lab(lab, lab.target_for("iscsi"), "iscsi").iser
+
+
+def test_no_initiator_iqns_means_demo_mode(tmp_path: Path) -> None:
+    text = (LABS / "vlab.yaml").read_text()
+    text = "\n".join(line for line in text.splitlines() if "initiator_iqn" not in line)
+    (tmp_path / "lab.yaml").write_text(text)
+    lab = load_lab(tmp_path / "lab.yaml")
+    assert plan_from_lab(lab, lab.target_for("iscsi"), "iscsi").acls == ()
+
+
+def test_a_bad_name_prefix_is_one_line(tmp_path: Path) -> None:
+    text = (LABS / "vlab.yaml").read_text().replace("  - kind: lio\n", "  - kind: lio\n    name_prefix: 'my qa'\n")
+    (tmp_path / "lab.yaml").write_text(text)
+    lab = load_lab(tmp_path / "lab.yaml")
+    with pytest.raises(ProvisionError, match=r"^vstor: backstore name 'my qa_nvme0' .*; use letters"):
+        plan_from_lab(lab, lab.target_for("iscsi"), "iscsi")
+
+
+class ScriptedHost:
+    """Answers the LIO snapshot script with recorded text and the state-file read with ``state``."""
+
+    def __init__(self, snapshot: str, state: str = "") -> None:
+        self.name = "vstor"
+        self.snapshot = snapshot
+        self.state = state
+        self.commands: list[tuple[str, ...]] = []
+
+    def run(
+        self, argv: list[str], *, check: bool = True, timeout: float | None = None, stdin: str | None = None
+    ) -> CommandResult:
+        args = tuple(argv)
+        self.commands.append(args)
+        out = ""
+        if args[:2] == ("sh", "-c") and "SNAPSHOT" not in args[2] and "core/*_[0-9]*" in args[2]:
+            out = self.snapshot
+        elif args[:2] == ("sh", "-c") and "cat" in args[2] and args[-1].endswith(".json"):
+            out = self.state
+        return CommandResult(self.name, args, 0, out, "")
+
+    def close(self) -> None:
+        pass
+
+
+def test_leftovers_and_cleanup_find_our_target_by_its_backstores_even_without_a_state_file() -> None:
+    lab = load_lab(LABS / "vlab.yaml")
+    host = ScriptedHost((DATA / "lio-snapshot-iser.txt").read_text())
+    target = LioTarget(lab, lab.target_for("iser"), {"vstor": host})
+    assert target.leftovers() == [
+        "vstor: iSCSI target iqn.2026-11.io.fabricqa:vstor is still configured",
+        "vstor: LIO backstore iblock_0/fabricqa_nvme0 is still configured",
+    ]
+    removed = target.cleanup_stale()
+    assert removed[0] == "vstor: removed iSCSI target iqn.2026-11.io.fabricqa:vstor"
+    removals = [c for c in host.commands if c[-1] in ("iqn.2026-11.io.fabricqa:vstor",) or "fabricqa_nvme0" in c[-1]]
+    assert removals[0][-1] == "iqn.2026-11.io.fabricqa:vstor"  # the target goes before its backstore
+    assert removals[1][-1].endswith("core/iblock_0/fabricqa_nvme0")
+
+
+def test_a_foreign_target_and_backstore_are_not_ours() -> None:
+    lab = load_lab(LABS / "vlab.yaml")
+    foreign = (
+        "H\tiblock_7\nB\tiblock_7/prod_lun\t/dev/sdz\t1\nT\tiqn.2003-01.org.example:prod\n"
+        "G\tiqn.2003-01.org.example:prod\ttpgt_1\t1\n"
+        "L\tiqn.2003-01.org.example:prod\ttpgt_1\tlun_0\t../../../../../../target/core/iblock_7/prod_lun\n"
+    )
+    host = ScriptedHost(foreign)
+    target = LioTarget(lab, lab.target_for("iscsi"), {"vstor": host})
+    assert target.leftovers() == []
+    assert target.cleanup_stale() == []
+    assert not [c for c in host.commands if "prod" in " ".join(c)]
