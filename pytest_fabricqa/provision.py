@@ -69,8 +69,10 @@ class Fabric:
         discovered: dict[str, list[str]],
         setup_seconds: float,
         stale_removed: list[str],
+        hosts: Mapping[str, Host],
     ) -> None:
         self.lab = lab
+        self.hosts = hosts
         self.protocol = protocol
         self.export = export
         self.devices = devices
@@ -99,6 +101,16 @@ class Fabric:
             if unit.subsystem == device.subsystem and unit.address == device.address:
                 return unit.backing_path
         raise KeyError(f"{device.subsystem} {device.address} is not part of this fabric")
+
+    def reconnect(self) -> None:
+        """Tear down (if not done yet) and connect again, in place: this object then holds the new devices.
+
+        For a check that needs the fabric gone for a while (nothing left after teardown) inside a session whose
+        fabric fixture others still use: two fabrics on one target cannot coexist (they share NQNs and IQNs).
+        """
+        self.teardown()
+        fresh = connect_fabric(self.lab, self.protocol, self.hosts)
+        self.__dict__.update(fresh.__dict__)
 
     def teardown(self) -> None:
         """Log out/disconnect every initiator, then remove every target object this fabric made (idempotent).
@@ -177,7 +189,9 @@ def connect_fabric(lab: LabModel, protocol: str, hosts: Mapping[str, Host]) -> F
         raise
     devices = [d for name in initiators for d in connected[name].devices]
     discovered = {name: connected[name].discovered for name in initiators}
-    return Fabric(lab, protocol, export, undo, live_key, devices, discovered, round(time.monotonic() - t0, 2), stale)
+    return Fabric(
+        lab, protocol, export, undo, live_key, devices, discovered, round(time.monotonic() - t0, 2), stale, hosts
+    )
 
 
 def _one_line(failures: list[BaseException]) -> ProvisionError:

@@ -1,0 +1,111 @@
+"""Connectivity: the target serving each protocol is provisioned, every initiator connects and sees its devices.
+
+Discovery shows what the lab exports; each initiator is connected; each device has the size and logical block
+size of its backing device on the target; a short read-only fio pass succeeds on every device; and after
+teardown no controller, session or target object of ours is left. Parametrized by protocol (ids are the
+protocol names); the ``fabric`` fixture is connected once per protocol for the whole session.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_fabricqa.fanout import each
+from pytest_fabricqa.fio.parse import FioOutputError, parse_fio_output
+from pytest_fabricqa.lab import LabModel
+from pytest_fabricqa.provision import Fabric, FabricDevice, leftovers
+from pytest_fabricqa.transport.base import Host
+
+pytestmark = pytest.mark.loads_target
+
+# Small and read-only: this checks the path works, it measures nothing.
+FIO_VERIFY = ("--name=verify", "--rw=read", "--bs=64k", "--size=16M", "--readonly", "--direct=1",
+              "--ioengine=libaio", "--output-format=json")  # fmt: skip
+
+
+def _expected(fabric: Fabric) -> list[str]:
+    return list(fabric.export.subsystems)
+
+
+def test_discovery_shows_the_exported_subsystems(fabric: Fabric, initiators: list[Host], protocol: str) -> None:
+    """Every initiator's discovery (nvme discover / iscsiadm -m discovery) lists what the target exports."""
+    problems = [
+        f"{host.name}: discovery over {protocol} does not list {name} (it lists {fabric.discovered.get(host.name)})"
+        for host in initiators
+        for name in _expected(fabric)
+        if name not in fabric.discovered.get(host.name, [])
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_initiator_is_connected(fabric: Fabric, initiators: list[Host]) -> None:
+    """Each initiator sees one block device per exported namespace or LUN."""
+    wanted = len(fabric.export.units)
+    problems = [
+        f"{host.name}: sees {len(fabric.devices_on(host.name))} of {wanted} devices"
+        for host in initiators
+        if len(fabric.devices_on(host.name)) != wanted
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def _blockdev(host: Host, path: str) -> tuple[int, int]:
+    out = host.run(["blockdev", "--getsize64", "--getss", path]).stdout.split()
+    return int(out[0]), int(out[1])
+
+
+def test_device_size_and_block_size_match_the_backing_device(
+    fabric: Fabric, lab_hosts: dict[str, Host], protocol: str
+) -> None:
+    """Size and logical block size on each initiator equal the backing device's on the target."""
+    if fabric.target_host is None:
+        pytest.skip(f"{protocol}: the target is external; its backing devices cannot be read")
+    target = lab_hosts[fabric.target_host]
+    backing = {path: _blockdev(target, path) for path in {fabric.backing_path(d) for d in fabric.devices}}
+    problems = []
+    for device in fabric.devices:
+        seen = _blockdev(lab_hosts[device.initiator], device.path)
+        want = backing[fabric.backing_path(device)]
+        if seen != want:
+            problems.append(
+                f"{device.initiator}: {device.path} ({device.subsystem} #{device.address}) is {seen[0]} bytes with "
+                f"{seen[1]}-byte blocks; {fabric.target_host}:{fabric.backing_path(device)} is {want[0]} bytes with "
+                f"{want[1]}-byte blocks"
+            )
+    assert not problems, "\n".join(problems)
+
+
+def _read_pass(host: Host, devices: list[FabricDevice]) -> list[str]:
+    problems = []
+    for device in devices:
+        result = host.run(["fio", f"--filename={device.path}", *FIO_VERIFY], check=False, timeout=300)
+        try:
+            run = parse_fio_output(result.stdout, host=host.name)
+        except FioOutputError as exc:
+            problems.append(f"{host.name}: fio on {device.path} exited {result.exit_code}: {exc}")
+            continue
+        problems += [f"{host.name}: {device.path}: {error}" for error in run.errors]
+        if run.read.io_bytes <= 0:
+            problems.append(f"{host.name}: fio read 0 bytes from {device.path}")
+    return problems
+
+
+def test_read_only_fio_pass_on_every_device(fabric: Fabric, initiators: list[Host]) -> None:
+    """A 16 MiB read-only fio pass (direct I/O, libaio) on every device of every initiator, all at once."""
+    results = each(initiators, lambda host: _read_pass(host, fabric.devices_on(host.name)), check=False)
+    problems = [p for r in results.values() for p in (r if isinstance(r, list) else [f"{r}"])]
+    assert not problems, "\n".join(problems)
+
+
+def test_teardown_leaves_no_controller_session_or_target_object(
+    fabric: Fabric, lab: LabModel, lab_hosts: dict[str, Host]
+) -> None:
+    """After teardown nothing of ours is left on any host; the shared fabric is then connected again.
+
+    Two fabrics on one target cannot coexist (same NQNs/IQNs), so this tears the shared one down and
+    reconnects it in place (Fabric.reconnect) instead of building a second one.
+    """
+    fabric.teardown()
+    left = leftovers(lab, lab_hosts)
+    fabric.reconnect()
+    assert left == [], "\n".join(left)
