@@ -66,6 +66,12 @@ def find_baseline(path: Path | str, lab: str, protocol: str) -> Run | None:
     used. Skipped files are reported with :class:`BaselineWarning`. A results file named explicitly that
     cannot be read raises :class:`~pytest_fabricqa.report.model.ResultsFileError`: that is a user mistake.
     """
+    found = find_baseline_file(path, lab, protocol)
+    return None if found is None else found[1]
+
+
+def find_baseline_file(path: Path | str, lab: str, protocol: str) -> tuple[Path, Run] | None:
+    """Like :func:`find_baseline`, with the file the run was read from (the report names it)."""
     source = Path(path)
     if not source.exists():
         return None
@@ -75,24 +81,24 @@ def find_baseline(path: Path | str, lab: str, protocol: str) -> Run | None:
             warnings.warn(
                 f"baseline {source} has no {protocol} results (it holds {', '.join(run.protocols) or 'no protocol'})",
                 BaselineWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
             return None
         if run.lab != lab:
             warnings.warn(
                 f"baseline {source} is from lab {run.lab!r}, this run is lab {lab!r}; comparing anyway",
                 BaselineWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
-        return run
+        return source, run
     loaded, problems = scan_baselines(source)
     for message in problems:
-        warnings.warn(message, BaselineWarning, stacklevel=2)
+        warnings.warn(message, BaselineWarning, stacklevel=3)
     matching = [(p, r) for p, r in loaded if r.lab == lab and protocol in r.protocols]
     if not matching:
         return None
     # Newest by the run's own clock; the file name breaks ties so the choice is stable.
-    return max(matching, key=lambda pr: (_aware(pr[1].started), pr[0].name))[1]
+    return max(matching, key=lambda pr: (_aware(pr[1].started), pr[0].name))
 
 
 def _aware(when: datetime) -> datetime:

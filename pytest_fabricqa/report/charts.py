@@ -194,3 +194,75 @@ def _inline(svg: str, prefix: str) -> str:
         svg = svg.replace(f'href="#{old}"', f'href="#{new}"')
         svg = svg.replace(f"url(#{old})", f"url(#{new})")
     return svg.replace("<svg ", '<svg class="chart" role="img" ', 1).strip()
+
+
+#: Latency percentiles a case chart shows, in order, with their axis labels.
+PERCENTILES: tuple[tuple[str, str], ...] = (
+    ("lat_p50_us", "p50"),
+    ("lat_p99_us", "p99"),
+    ("lat_p999_us", "p99.9"),
+    ("lat_p9999_us", "p99.99"),
+)
+
+
+def case_chart(
+    figures: dict[str, float],
+    hosts: dict[str, dict[str, float]],
+    *,
+    baseline: dict[str, float] | None = None,
+    chart_id: str,
+) -> str | None:
+    """One case at a glance: IOPS per initiator (and the total), and its latency percentiles.
+
+    With a baseline, its total IOPS is a dashed line and its percentiles a second bar beside each of
+    this run's. Returns an ``<svg>`` element, or None when the case has neither IOPS nor percentiles.
+    """
+    iops_bars = [(h, f["iops"]) for h, f in hosts.items() if "iops" in f]
+    if "iops" in figures and len(iops_bars) != 1:
+        iops_bars.append(("total", figures["iops"]))
+    elif not iops_bars and "iops" in figures:
+        iops_bars = [("total", figures["iops"])]
+    pcts = [(label, figures[m]) for m, label in PERCENTILES if m in figures]
+    panels_wanted = [p for p, ok in (("iops", bool(iops_bars)), ("lat", bool(pcts))) if ok]
+    if not panels_wanted:
+        return None
+    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": chart_id, "font.size": 9}):
+        fig, axes = plt.subplots(1, len(panels_wanted), figsize=(3.4 * len(panels_wanted), 2.4), squeeze=False)
+        for panel, kind in zip(axes[0], panels_wanted, strict=True):
+            _style(panel)
+            if kind == "iops":
+                panel.set_title("IOPS", loc="left", fontsize=10, fontweight="bold", color=INK)
+                names = [n for n, _ in iops_bars]
+                panel.bar(names, [v for _, v in iops_bars], color=SHADES[1], width=0.6)
+                if baseline and "iops" in baseline:
+                    panel.axhline(baseline["iops"], color=MUTED, linestyle="--", linewidth=1.2, label="baseline")
+                    panel.legend(frameon=False, fontsize=8)
+                panel.set_ylim(bottom=0)
+                panel.yaxis.set_major_formatter(FuncFormatter(_thousands))
+            else:
+                panel.set_title("latency (µs)", loc="left", fontsize=10, fontweight="bold", color=INK)
+                xs = list(range(len(pcts)))
+                before = [baseline.get(m) if baseline else None for m, label in PERCENTILES if m in figures]
+                with_base = any(b is not None for b in before)
+                width = 0.38 if with_base else 0.6
+                shift = width / 2 if with_base else 0.0
+                panel.bar([x - shift for x in xs], [v for _, v in pcts], width=width, color=SHADES[0], label="this run")
+                if with_base:
+                    panel.bar(
+                        [x + shift for x, b in zip(xs, before, strict=True) if b is not None],
+                        [b for b in before if b is not None],
+                        width=width,
+                        color=SHADES[3],
+                        label="baseline",
+                    )
+                    panel.legend(frameon=False, fontsize=8)
+                panel.set_xticks(xs)
+                panel.set_xticklabels([label for label, _ in pcts])
+                panel.set_yscale("log")
+                panel.yaxis.set_major_formatter(FuncFormatter(_thousands))
+                panel.yaxis.set_minor_formatter(NullFormatter())
+        fig.tight_layout(w_pad=2.0)
+        buffer = io.StringIO()
+        fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
+        plt.close(fig)
+    return _inline(buffer.getvalue(), chart_id)

@@ -404,6 +404,9 @@ def report_context(run: Run, *, title: str | None = None) -> dict[str, Any]:
             for c in other
         ],
         "baseline": run.baseline,
+        "baseline_notes": [str(n) for n in run.extras.get("baseline_notes", []) if isinstance(n, str)]
+        if isinstance(run.extras.get("baseline_notes"), list)
+        else [],
         "regressed": [c for c in run.cases if c.regression is not None and c.regression.messages],
         "generated_by": f"pytest-fabricqa {run.environment.plugin_version or __version__}",
         "started": _when(run.started),
@@ -438,3 +441,36 @@ def write_html(run: Run, path: Path | str, *, title: str | None = None) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return target
+
+
+def case_extra_html(case: Case, *, chart_id: str = "case") -> str:
+    """A case's figures (with the baseline's and the change, when compared) and its chart, as an HTML
+    fragment for pytest-html's per-test extras. Inline styles: pytest-html's stylesheet is not ours."""
+    from html import escape
+
+    from pytest_fabricqa.report.formatting import METRIC_LABELS, format_trend, trend_pct
+
+    before = case.regression.baseline_figures if case.regression is not None else {}
+    cell = 'style="padding:2px 10px;text-align:right"'
+    head = "<tr><th style='text-align:left'>figure</th><th>this run</th>"
+    head += "<th>baseline</th><th>change</th></tr>" if before else "</tr>"
+    rows = []
+    for metric, value in case.figures.items():
+        row = f"<tr><td>{escape(METRIC_LABELS.get(metric, metric))}</td><td {cell}>{format_figure(metric, value)}</td>"
+        if before:
+            old = before.get(metric)
+            row += f"<td {cell}>{format_figure(metric, old) if old is not None else '-'}</td>"
+            row += f"<td {cell}>{format_trend(trend_pct(old, value)) if old is not None else '-'}</td>"
+        rows.append(row + "</tr>")
+    parts = [f"<div class='fabricqa-case'><p><b>{escape(case.case_id)}</b> · {escape(case.verdict)}</p>"]
+    if rows:
+        parts.append(f"<table style='border-collapse:collapse;margin:4px 0'>{head}{''.join(rows)}</table>")
+    reasons = list(case.violations) + (list(case.regression.messages) if case.regression else [])
+    if reasons:
+        parts.append("<ul>" + "".join(f"<li>{escape(r)}</li>" for r in reasons) + "</ul>")
+    if case.figures:
+        svg = charts.case_chart(case.figures, case.hosts, baseline=before or None, chart_id=chart_id)
+        if svg:
+            parts.append(f"<div style='max-width:720px'>{svg}</div>")
+    parts.append("</div>")
+    return "".join(parts)

@@ -233,7 +233,7 @@ def run_to_dict(run: Run) -> dict[str, Any]:
         },
         "baseline": None,
         "extras": run.extras,
-        "cases": [_case_to_dict(c) for c in run.cases],
+        "cases": [case_to_dict(c) for c in run.cases],
     }
     if run.baseline is not None:
         b = run.baseline
@@ -247,7 +247,8 @@ def run_to_dict(run: Run) -> dict[str, Any]:
     return out
 
 
-def _case_to_dict(case: Case) -> dict[str, Any]:
+def case_to_dict(case: Case) -> dict[str, Any]:
+    """The JSON-compatible form of one case (as it appears under ``cases`` in a results file)."""
     w = case.workload
     r = case.regression
     return {
@@ -414,6 +415,11 @@ def run_from_dict(data: object) -> Run:
         baseline=baseline,
         extras=top.mapping("extras"),
     )
+
+
+def case_from_dict(data: object, where: str = "case") -> Case:
+    """Build a case from :func:`case_to_dict`'s form; ``ValueError`` names the first bad key."""
+    return _case_from_reader(_Reader(data, where))
 
 
 def _case_from_reader(c: _Reader) -> Case:

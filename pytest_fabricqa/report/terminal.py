@@ -90,6 +90,9 @@ def summary_lines(run: Run) -> list[str]:
         )
         for message in b.environment_mismatch:
             lines.append(f"  environment differs from the baseline: {message}")
+    notes = run.extras.get("baseline_notes")
+    if isinstance(notes, list):
+        lines.extend(f"baseline note: {note}" for note in notes if isinstance(note, str))
     counts = {v: sum(1 for c in run.cases if c.verdict == v) for v in ("failed", "error", "passed", "skipped")}
     told = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     lines.append(f"fabricqa: {run.verdict()}: {told or 'nothing'} of {len(run.cases)} cases")
