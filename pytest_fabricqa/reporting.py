@@ -35,7 +35,7 @@ from pytest_fabricqa.report.baseline import (
     find_baseline_file,
     parse_tolerances,
 )
-from pytest_fabricqa.report.gather import Gatherer, baseline_use, flat_properties, merge_environment
+from pytest_fabricqa.report.gather import Gatherer, baseline_use, flat_properties, merge_environment, phase_verdict
 from pytest_fabricqa.report.model import (
     METRICS,
     Case,
@@ -374,6 +374,9 @@ class ReportPlugin:
             case = case_from_dict(data, f"case recorded by {report.nodeid}")
         except ValueError:
             return  # Reported once, at the end, by the gatherer.
+        # The recorded verdict is the suite's guess; this phase's outcome is what the report will say.
+        verdict = phase_verdict(report.when, report.outcome, None) or case.verdict
+        case = replace(case, verdict=verdict)
         added = [extras.html(case_extra_html(case, chart_id=f"fqa{len(self._html_done)}"))]
         raw = case.raw_fio_json
         raw_file = self.api.raw_path(case.case_id) if raw is None else None

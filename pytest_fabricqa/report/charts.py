@@ -259,6 +259,7 @@ def case_chart(
                 panel.set_xticks(xs)
                 panel.set_xticklabels([label for label, _ in pcts])
                 panel.set_yscale("log")
+                panel.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
                 panel.yaxis.set_major_formatter(FuncFormatter(_thousands))
                 panel.yaxis.set_minor_formatter(NullFormatter())
         fig.tight_layout(w_pad=2.0)

@@ -7,6 +7,7 @@ inner tests scales some figures between runs, to stage a regression against the 
 
 from __future__ import annotations
 
+import html
 import json
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
@@ -418,11 +419,16 @@ def test_outcomes_decide_verdicts_and_unrecorded_suite_tests_are_cases(pytester:
 
 def test_pytest_html_carries_figures_fio_json_chart_and_lab(pytester: pytest.Pytester) -> None:
     _setup(pytester)
-    result = _run(pytester, "--html=page.html", "--self-contained-html")
-    result.assert_outcomes(passed=4)
-    page = (pytester.path / "page.html").read_text()
+    _run(pytester, "--report-dir=first").assert_outcomes(passed=4)
+    settings(pytester, factor={"write-1m": 0.8})
+    result = _run(pytester, "--baseline=first", "--html=page.html", "--self-contained-html")
+    result.assert_outcomes(passed=3, failed=1)
+    page = html.unescape((pytester.path / "page.html").read_text())
     assert "Qualification of lab local (nvme-tcp)" in page
-    assert "fabricqa-case" in page and "<svg" in page.replace("&lt;", "<")  # figures table and chart, inline
+    assert "class='fabricqa-case'" in page and "<svg" in page  # figures table and chart, inline
+    # The extra shows the test's outcome (the suite recorded "passed" before the regression failed it).
+    assert "nvme-tcp-write-1m</b> \\u00b7 failed" in page
+    assert "iops 1,652 is 20.0% below the baseline" in page
     assert "fio JSON" in page  # the fio output as a JSON extra
     assert 'data-column-type="iops"' in page
     assert "nvmet" in page and "Lab hosts" in page  # pytest-metadata's environment table names the lab
