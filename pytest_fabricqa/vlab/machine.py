@@ -183,7 +183,10 @@ def qemu_argv(
         "-qmp", f"unix:{sock_dir / (guest.name + '.qmp')},server=on,wait=off",
         "-kernel", str(image.kernel),
         "-initrd", str(image.initrd),
-        "-append", "console=ttyS0 panic=-1 quiet",
+        # Under software emulation on a shared 2-core host an I/O can wait longer than the kernel's 30 s
+        # default: the NVMe host (local drive, nvme-tcp, nvme-rdma) would abort, reset and drop the namespace
+        # mid-run. Real labs keep their defaults; the guests wait as long as emulation needs.
+        "-append", "console=ttyS0 panic=-1 quiet nvme_core.io_timeout=600 nvme_core.admin_timeout=600",
         "-no-reboot",
         "-netdev", f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{guest.ssh_port}-:22",
         "-device", f"virtio-net-pci,netdev=mgmt,mac={mgmt_mac}",
@@ -263,6 +266,9 @@ def _keygen(path: Path, comment: str) -> None:
 
 def _port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # QEMU's hostfwd listens with SO_REUSEADDR, so a port whose last connections linger in TIME-WAIT (the
+        # previous session's SSH) is free for it; check the same way, or a rerun fails for a minute.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
