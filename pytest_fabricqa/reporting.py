@@ -228,6 +228,8 @@ class ReportPlugin:
         self.lab = lab
         self.protocols = tuple(protocols)
         self.is_worker = hasattr(config, "workerinput")
+        # --collect-only runs nothing: no report, no default junit.xml (only the controller ever writes).
+        self.writes = not self.is_worker and not config.getoption("collectonly", False)
         self.report_dir = self._path(config.getoption("report_dir", None)) or config.rootpath / DEFAULT_REPORT_DIR
         self.tolerances = resolve_tolerances(lab, list(config.getoption("tolerance", None) or []))
         self.baselines: dict[str, tuple[Path, Run]] = {}
@@ -242,7 +244,7 @@ class ReportPlugin:
         """Lines for the terminal summary after the verdicts: files written, baseline saved, problems."""
         self._html_done: set[str] = set()
         self._junit: tuple[Path, Path] | None = None
-        if not self.is_worker and not getattr(config.option, "xmlpath", None):
+        if self.writes and not getattr(config.option, "xmlpath", None):
             # Registered from plugin.py's tryfirst pytest_configure, so junitxml's own pytest_configure has
             # not run yet and picks this path up. It writes in place; we rename its file after it wrote.
             final = self.report_dir / "junit.xml"
@@ -420,7 +422,7 @@ class ReportPlugin:
 
         trylast: junitxml has written its file by now (its hook has no ordering), so it can be renamed.
         """
-        if self.is_worker:
+        if not self.writes:
             return
         self.run = run = self.build_run()
         from pytest_fabricqa.report.model import write_json

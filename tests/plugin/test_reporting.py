@@ -434,6 +434,13 @@ def test_pytest_html_carries_figures_fio_json_chart_and_lab(pytester: pytest.Pyt
     assert "nvmet" in page and "Lab hosts" in page  # pytest-metadata's environment table names the lab
 
 
+def test_collect_only_writes_nothing(pytester: pytest.Pytester) -> None:
+    _setup(pytester)
+    result = _run(pytester, "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["*4 tests collected*"])
+    assert not (pytester.path / "fabricqa-report").exists()
+
+
 def test_usage_errors(pytester: pytest.Pytester) -> None:
     _setup(pytester)
     result = _run(pytester, "--tolerance=iops=lots")
