@@ -1,0 +1,313 @@
+"""connect_fabric on the virtual lab, for real: every protocol, a run killed half-way, foreign objects, bad input.
+
+Boots its own three guests (labs/vlab.yaml's shape on SSH ports 22291-22293, so a suite lab on 22191-22193 can
+run beside it) unless they are already up in the same state folder, and stops them at the end if it booted them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pytest_fabricqa.lab import LabModel
+from pytest_fabricqa.provision import ProvisionError, cleanup_stale, connect_fabric, leftovers
+from pytest_fabricqa.transport.base import Host
+
+pytestmark = pytest.mark.vlab
+
+ROOT = Path(__file__).parents[2]
+PORTS = {"vstor": 22291, "vnode1": 22292, "vnode2": 22293}
+STATE = Path(os.environ.get("FABRICQA_PROVISION_VLAB_STATE", str(ROOT / ".fabricqa" / "provision-vlab")))
+NQN = "nqn.2026-11.io.fabricqa:vlab-nvme0"
+IQN = "iqn.2026-11.io.fabricqa:vstor"
+FOREIGN_NQN = "nqn.2014-08.org.example:foreign"
+TIMINGS: dict[str, dict[str, float]] = {}
+
+
+def _lab_data() -> dict[str, Any]:
+    data = yaml.safe_load((ROOT / "labs" / "vlab.yaml").read_text())
+    for name, port in PORTS.items():
+        data["hosts"][name]["port"] = port
+    return data
+
+
+def _lab(mutate: Callable[[dict[str, Any]], None] | None = None) -> LabModel:
+    data = _lab_data()
+    if mutate is not None:
+        mutate(data)
+    return LabModel.model_validate(data)
+
+
+@pytest.fixture(scope="module")
+def vlab() -> Iterator[tuple[LabModel, dict[str, Host], dict[str, str]]]:
+    """(lab, hosts, ssh files) of a running three-guest lab."""
+    from pytest_fabricqa.session import make_hosts
+    from pytest_fabricqa.vlab_lab import ensure_running
+
+    lab = _lab()
+    virtual, booted = ensure_running(lab, STATE, os.getpid())
+    hosts = make_hosts(lab, key=virtual.ssh_key, known_hosts=virtual.known_hosts)
+    try:
+        cleanup_stale(lab, hosts)
+        yield lab, hosts, {"key": str(virtual.ssh_key), "known_hosts": str(virtual.known_hosts)}
+    finally:
+        for host in hosts.values():
+            host.close()
+        if booted:
+            virtual.stop()
+        if TIMINGS:
+            print("\nfabric set-up / teardown seconds:", json.dumps(TIMINGS, sort_keys=True))
+
+
+def _sh(host: Host, script: str, *args: str) -> str:
+    return host.run(["sh", "-c", script, "sh", *args]).stdout
+
+
+@pytest.mark.parametrize("protocol", ["nvme-tcp", "nvme-rdma", "iscsi", "iser"])
+def test_every_protocol_connects_both_initiators_and_leaves_nothing(
+    vlab: tuple[LabModel, dict[str, Host], dict[str, str]], protocol: str
+) -> None:
+    lab, hosts, _ = vlab
+    fabric = connect_fabric(lab, protocol, hosts)
+    try:
+        assert sorted(fabric.discovered) == ["vnode1", "vnode2"]
+        for initiator in ("vnode1", "vnode2"):
+            (device,) = fabric.devices_on(initiator)
+            assert device.subsystem == (IQN if protocol in ("iscsi", "iser") else NQN)
+            assert device.backing == "nvme0" and device.writable
+            assert device.size_bytes == 1024 * 1024 * 1024 and device.logical_block_size == 512
+            # The device found through sysfs is the one the initiator reads from.
+            size = hosts[initiator].run(["blockdev", "--getsize64", device.path]).stdout.strip()
+            assert int(size) == device.size_bytes
+    finally:
+        t0 = time.monotonic()
+        fabric.teardown()
+        TIMINGS[protocol] = {"setup": fabric.setup_seconds, "teardown": round(time.monotonic() - t0, 2)}
+    assert leftovers(lab, hosts) == []
+    fabric.teardown()  # idempotent
+
+
+KILL_CHILD = textwrap.dedent(
+    """
+    import json, sys, time
+    from pytest_fabricqa.lab import LabModel
+    from pytest_fabricqa.session import make_hosts
+    from pytest_fabricqa.provision import connect_fabric
+    import pytest_fabricqa.targets.remote as remote
+    import pytest_fabricqa.initiators.nvme as nvme
+    import pytest_fabricqa.initiators.iscsi as iscsi
+
+    args = json.loads(sys.argv[1])
+    lab = LabModel.model_validate(args["lab"])
+    hosts = make_hosts(lab, key=args["key"], known_hosts=args["known_hosts"])
+
+    def stall(original):
+        def wrapper(*a, **k):
+            print("HALF-MADE", flush=True)
+            time.sleep(600)
+            return original(*a, **k)
+        return wrapper
+
+    if args["where"] == "target":      # after objects exist, before the first symlink (port or LUN link)
+        remote.link = stall(remote.link)
+    else:                              # initiators connected, waiting for their block devices
+        nvme.wait_for_namespaces = stall(nvme.wait_for_namespaces)
+        iscsi.wait_for_luns = stall(iscsi.wait_for_luns)
+    connect_fabric(lab, args["protocol"], hosts)
+    print("FINISHED", flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize(("protocol", "where"), [("nvme-tcp", "target"), ("iscsi", "initiators"), ("iser", "target")])
+def test_a_run_killed_mid_provisioning_is_cleaned_by_the_next_run(
+    vlab: tuple[LabModel, dict[str, Host], dict[str, str]], protocol: str, where: str, tmp_path: Path
+) -> None:
+    lab, hosts, ssh = vlab
+    args = {"lab": lab.model_dump(mode="json"), "protocol": protocol, "where": where, **ssh}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILL_CHILD, json.dumps(args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert line.strip() == "HALF-MADE", (
+            f"child said {line!r}; stderr: {child.stderr.read() if child.stderr else ''}"
+        )
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    half_made = leftovers(lab, hosts)
+    assert half_made, "the killed run left nothing to clean: the test did not kill it half-way"
+    if where == "initiators":
+        assert any("vnode" in line for line in half_made)
+
+    fabric = connect_fabric(lab, protocol, hosts)  # no manual clean-up in between
+    try:
+        assert fabric.stale_removed, "connect_fabric should report what it removed"
+        assert len(fabric.devices) == 2
+    finally:
+        fabric.teardown()
+    assert leftovers(lab, hosts) == []
+
+
+FOREIGN_SETUP = r"""
+set -e
+n=/sys/kernel/config/nvmet
+mkdir "$n/subsystems/$1"
+echo 1 > "$n/subsystems/$1/attr_allow_any_host"
+mkdir "$n/subsystems/$1/namespaces/7"
+echo /dev/vda > "$n/subsystems/$1/namespaces/7/device_path"
+echo 1 > "$n/subsystems/$1/namespaces/7/enable"
+mkdir "$n/ports/77"
+echo tcp > "$n/ports/77/addr_trtype"; echo ipv4 > "$n/ports/77/addr_adrfam"
+echo 10.10.10.19 > "$n/ports/77/addr_traddr"; echo 4477 > "$n/ports/77/addr_trsvcid"
+ln -s "$n/subsystems/$1" "$n/ports/77/subsystems/$1"
+t=/sys/kernel/config/target
+mkdir -p "$t/core/iblock_42/foreign_scratch"
+echo udev_path=/dev/vda > "$t/core/iblock_42/foreign_scratch/control"
+mkdir -p "$t/iscsi/$2/tpgt_1/lun/lun_0"
+"""
+FOREIGN_REMOVE = r"""
+n=/sys/kernel/config/nvmet
+rm -f "$n/ports/77/subsystems/$1"; rmdir "$n/ports/77" 2>/dev/null
+echo 0 > "$n/subsystems/$1/namespaces/7/enable" 2>/dev/null; rmdir "$n/subsystems/$1/namespaces/7" 2>/dev/null
+rmdir "$n/subsystems/$1" 2>/dev/null
+t=/sys/kernel/config/target
+rmdir "$t/iscsi/$2/tpgt_1/lun/lun_0" "$t/iscsi/$2/tpgt_1" "$t/iscsi/$2" 2>/dev/null
+rmdir "$t/core/iblock_42/foreign_scratch" "$t/core/iblock_42" 2>/dev/null
+true
+"""
+FOREIGN_IQN = "iqn.2003-01.org.example:foreign"
+
+
+def test_objects_we_did_not_create_are_never_touched(vlab: tuple[LabModel, dict[str, Host], dict[str, str]]) -> None:
+    lab, hosts, _ = vlab
+    vstor = hosts["vstor"]
+    from pytest_fabricqa.targets.lio import SNAPSHOT_SCRIPT as LIO_SNAPSHOT
+    from pytest_fabricqa.targets.nvmet import SNAPSHOT_SCRIPT as NVMET_SNAPSHOT
+
+    # virtio_blk is in the image but not loaded at boot: the scratch disk becomes /dev/vda here.
+    vstor.run(["modprobe", "-a", "virtio_blk", "nvmet", "nvmet_tcp", "target_core_iblock", "iscsi_target_mod"])
+    vstor.run(["mkdir", "-p", "/sys/kernel/config/target/iscsi"])
+    try:
+        _sh(vstor, FOREIGN_SETUP, FOREIGN_NQN, FOREIGN_IQN)
+        before = _sh(vstor, NVMET_SNAPSHOT), _sh(vstor, LIO_SNAPSHOT)
+        assert FOREIGN_NQN in before[0] and "foreign_scratch" in before[1] and FOREIGN_IQN in before[1]
+        for protocol in ("nvme-tcp", "iscsi"):
+            fabric = connect_fabric(lab, protocol, hosts)
+            fabric.teardown()
+        assert cleanup_stale(lab, hosts) == []
+        assert leftovers(lab, hosts) == []
+        after = _sh(vstor, NVMET_SNAPSHOT), _sh(vstor, LIO_SNAPSHOT)
+        assert after == before
+    finally:
+        _sh(vstor, FOREIGN_REMOVE, FOREIGN_NQN, FOREIGN_IQN)
+
+
+def _one_line_error(lab: LabModel, protocol: str, hosts: dict[str, Host]) -> str:
+    with pytest.raises(ProvisionError) as info:
+        connect_fabric(lab, protocol, hosts)
+    message = str(info.value)
+    assert "\n" not in message
+    assert leftovers(lab, hosts) == [], f"half-provisioned after: {message}"
+    return message
+
+
+@pytest.mark.parametrize("protocol", ["nvme-tcp", "iscsi"])
+def test_a_missing_backing_device_is_one_line_and_leaves_nothing(
+    vlab: tuple[LabModel, dict[str, Host], dict[str, str]], protocol: str
+) -> None:
+    _, hosts, _ = vlab
+
+    def missing(data: dict[str, Any]) -> None:
+        for target in data["targets"]:
+            target["devices"]["nvme0"]["path"] = "/dev/nvme9n1"
+
+    message = _one_line_error(_lab(missing), protocol, hosts)
+    index = 0 if protocol == "nvme-tcp" else 1
+    assert message.startswith("vstor: backing device nvme0 (/dev/nvme9n1)")
+    assert f"fix targets[{index}].devices.nvme0.path" in message
+
+
+def test_a_port_taken_by_a_foreign_nvmet_port_or_a_process_is_one_line(
+    vlab: tuple[LabModel, dict[str, Host], dict[str, str]],
+) -> None:
+    lab, hosts, _ = vlab
+    vstor = hosts["vstor"]
+    vstor.run(["modprobe", "-a", "nvmet", "nvmet_tcp"])
+    port = "/sys/kernel/config/nvmet/ports/88"
+    script = 'mkdir "$1"; echo tcp > "$1/addr_trtype"; echo ipv4 > "$1/addr_adrfam"; echo 10.10.10.19 > "$1/addr_traddr"; echo 4420 > "$1/addr_trsvcid"'
+    _sh(vstor, script, port)
+    try:
+        message = _one_line_error(lab, "nvme-tcp", hosts)
+        assert message.startswith("vstor: tcp 10.10.10.19:4420 is already served by nvmet port 88")
+        assert "set targets[0].nvme.port to a free port" in message
+    finally:
+        vstor.run(["rmdir", port])
+
+    def on_ssh_port(data: dict[str, Any]) -> None:  # sshd listens on 22 in every guest
+        data["targets"][0]["nvme"]["port"] = 22
+        data["targets"][1]["iscsi"]["port"] = 22
+
+    for protocol in ("nvme-tcp", "iscsi"):
+        message = _one_line_error(_lab(on_ssh_port), protocol, hosts)
+        assert message.startswith("vstor: TCP port 22 is taken by a process (") and "sshd" in message
+
+
+@pytest.mark.parametrize("protocol", ["nvme-tcp", "iser"])
+def test_an_initiator_that_cannot_reach_the_portal_is_one_line_and_the_other_is_undone(
+    vlab: tuple[LabModel, dict[str, Host], dict[str, str]], protocol: str
+) -> None:
+    lab, hosts, _ = vlab
+    vnode2 = hosts["vnode2"]
+    vnode2.run(["ip", "route", "add", "blackhole", "10.10.10.19/32"])
+    try:
+        message = _one_line_error(lab, protocol, hosts)
+    finally:
+        vnode2.run(["ip", "route", "del", "blackhole", "10.10.10.19/32"])
+    assert message.startswith(f"vnode2: cannot reach the portal 10.10.10.19:{4420 if protocol == 'nvme-tcp' else 3260}")
+    assert "check the storage network" in message
+
+
+def test_an_nvmetcli_saved_config_is_provisioned_as_it_is(
+    vlab: tuple[LabModel, dict[str, Host], dict[str, str]], tmp_path: Path
+) -> None:
+    lab, hosts, _ = vlab
+    saved = json.loads((ROOT / "tests" / "data" / "targets" / "nvmetcli-seed000.json").read_text())
+    # Seed 000's file, with this lab's drives: nvmet2 on the NVMe drive, nvmet1 on the scratch disk.
+    saved["subsystems"][1]["namespaces"][0]["device"]["path"] = "/dev/vda"
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+
+    def use_saved(data: dict[str, Any]) -> None:
+        data["targets"][0]["nvme"]["saved_config"] = str(tmp_path / "config.json")
+        data["targets"][0]["devices"]["scratch"] = {"path": "/dev/vda"}
+
+    lab = _lab(use_saved)
+    hosts["vstor"].run(["modprobe", "virtio_blk"])
+    for protocol in ("nvme-rdma", "nvme-tcp"):
+        fabric = connect_fabric(lab, protocol, hosts)
+        try:
+            assert sorted(fabric.discovered["vnode1"]) == ["nvmet1", "nvmet2"]
+            by_nqn = {d.subsystem: d for d in fabric.devices_on("vnode1")}
+            assert by_nqn["nvmet2"].backing == "nvme0" and by_nqn["nvmet2"].size_bytes == 1024**3
+            assert by_nqn["nvmet1"].backing == "scratch" and by_nqn["nvmet1"].size_bytes == 256 * 1024**2
+        finally:
+            fabric.teardown()
+        assert leftovers(lab, hosts) == []
