@@ -251,6 +251,13 @@ class LabModel(_Model):
                     raise ValueError(f"vlab guest {name!r} is not under 'hosts'")
         return self
 
+    def thresholds_table(self) -> dict[str, dict[str, dict[str, float]]]:
+        """The thresholds as plain mappings (protocol or "*" -> workload pattern -> limits set)."""
+        return {
+            protocol: {pattern: limits.model_dump(exclude_none=True) for pattern, limits in table.items()}
+            for protocol, table in self.thresholds.items()
+        }
+
     # -- queries used by fixtures ----------------------------------------------------------------------
     def hosts_with(self, role: str) -> list[str]:
         """Names of the hosts that have ``role``, in file order."""

@@ -15,13 +15,16 @@ import pytest
 from pytest_fabricqa.lab import PROTOCOLS, LabError, LabModel, iter_protocol_names, load_lab, resolve_lab_path
 
 if TYPE_CHECKING:
+    from pytest_fabricqa.provision import Fabric
     from pytest_fabricqa.session import LabSession
     from pytest_fabricqa.transport.base import Host
+    from pytest_fabricqa.workloads import Workload
 
 LAB_KEY = pytest.StashKey["LabModel | None"]()
 PROTOCOLS_KEY = pytest.StashKey["list[str]"]()
 SESSION_KEY = pytest.StashKey["LabSession"]()
 ORACLE_SKIPPED_KEY = pytest.StashKey[int]()
+WORKLOADS_KEY = pytest.StashKey["list[Workload]"]()
 
 
 def _protocol_option(value: str) -> str:
@@ -30,6 +33,17 @@ def _protocol_option(value: str) -> str:
         if name not in PROTOCOLS:
             raise argparse.ArgumentTypeError(f"unknown protocol {name!r}; choose from {', '.join(PROTOCOLS)}")
     return value
+
+
+def _positive_int(value: str) -> int:
+    """argparse type for a whole number of seconds >= 1."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of seconds") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: give at least 1 second")
+    return number
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -50,6 +64,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"protocol(s) to qualify, repeatable or comma-separated: {', '.join(PROTOCOLS)}. "
         "Default: every protocol the lab declares.",
     )
+    group.addoption(
+        "--fio-runtime",
+        type=_positive_int,
+        metavar="SECONDS",
+        help="run every fio workload for this long (quick runs); overrides the lab file and the workload",
+    )
+    from pytest_fabricqa.reporting import addoption as reporting_addoption
+
+    reporting_addoption(parser)
     parser.addini("fabricqa_labs_dir", "folder holding lab files (NAME.yaml); default: labs/ under the rootdir")
     parser.addini(
         "fabricqa_state_dir",
@@ -74,6 +97,7 @@ def pytest_configure(config: pytest.Config) -> None:
         path = resolve_lab_path(value, config.rootpath, config.getini("fabricqa_labs_dir") or None)
         lab = load_lab(path)
         protocols = _selected_protocols(lab, config.getoption("protocol"), path)
+        workloads = _workloads(lab, path, config.getoption("fio_runtime"))
     except LabError as exc:
         raise pytest.UsageError(str(exc)) from None
     if getattr(config.option, "numprocesses", None) and getattr(config.option, "dist", "no") != "loadgroup":
@@ -83,6 +107,10 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     config.stash[LAB_KEY] = lab
     config.stash[PROTOCOLS_KEY] = protocols
+    config.stash[WORKLOADS_KEY] = workloads
+    from pytest_fabricqa.reporting import ReportPlugin
+
+    config.pluginmanager.register(ReportPlugin(config, lab, protocols), "fabricqa-report")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -109,6 +137,17 @@ def _selected_protocols(lab: LabModel, values: list[str], path: Path) -> list[st
     return names
 
 
+def _workloads(lab: LabModel, path: Path, runtime: int | None) -> list[Workload]:
+    from pytest_fabricqa.thresholds import ThresholdError, validate_table
+    from pytest_fabricqa.workloads import MatrixError, load_matrix
+
+    try:
+        validate_table(lab.thresholds_table())
+        return load_matrix(lab.workloads or None, runtime_override=runtime)
+    except (MatrixError, ThresholdError) as exc:
+        raise LabError(f"{path}: {exc}") from None
+
+
 def _lab(config: pytest.Config) -> LabModel | None:
     return config.stash.get(LAB_KEY, None)
 
@@ -126,6 +165,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
             protocols = [p for p in protocols if protocol_spec(p).fabric in fabric_mark.args]
         metafunc.parametrize("protocol", protocols, ids=protocols, scope="session")
+    if "workload" in metafunc.fixturenames:
+        workloads = metafunc.config.stash[WORKLOADS_KEY]
+        metafunc.parametrize("workload", workloads, ids=[w.name for w in workloads])
     if "lab_host_name" in metafunc.fixturenames:
         roles_mark = metafunc.definition.get_closest_marker("roles")
         roles = set(roles_mark.args) if roles_mark else None
@@ -243,3 +285,42 @@ def infra(lab_host: Host) -> Any:
     from pytest_fabricqa.testinfra_backend import infra_host
 
     return infra_host(lab_host)
+
+
+@pytest.fixture(scope="session")
+def fabric(lab: LabModel, lab_hosts: dict[str, Host], protocol: str) -> Iterator[Fabric]:
+    """The target for ``protocol`` provisioned and exported, every initiator connected; torn down after.
+
+    One fabric per protocol at a time: pytest finishes one protocol's fixture before the next one starts.
+    """
+    from pytest_fabricqa.provision import ProvisionError, connect_fabric
+
+    try:
+        connected = connect_fabric(lab, protocol, lab_hosts)
+    except ProvisionError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield connected
+    finally:
+        connected.teardown()
+
+
+@pytest.fixture(scope="session")
+def fio_servers(lab: LabModel, lab_hosts: dict[str, Host]) -> Iterator[list[Any]]:
+    """``fio --server`` on every initiator's storage address, for cases that load from all initiators at once."""
+    from pytest_fabricqa.fio import FioServer, server_argv, server_stop_argv
+
+    pidfile = "/run/fabricqa-fio-server.pid"
+    servers = []
+    try:
+        for name in lab.hosts_with("initiator"):
+            storage = lab.hosts[name].storage
+            address = str(storage.address) if storage else (lab.hosts[name].address or name)
+            host = lab_hosts[name]
+            host.run(server_stop_argv(pidfile), check=False)  # a server left by a killed run
+            servers.append(FioServer(name, address))
+            host.run(server_argv(address=address, pidfile=pidfile))
+        yield servers
+    finally:
+        for server in servers:
+            lab_hosts[server.name].run(server_stop_argv(pidfile), check=False)

@@ -17,6 +17,7 @@ Two fio 3.33 facts found while recording ``tests/data/fio`` shape this module:
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 import re
 from collections.abc import Sequence
@@ -198,6 +199,7 @@ def result_or_raise(command: CommandResult) -> FioResult:
             raise
         notes = _notes(command.stdout)
         raise FioError(command, fio_messages(notes, command.stderr) or (str(exc),)) from None
+    result = dataclasses.replace(result, raw_output=command.stdout)
     if not command.ok or result.errors:
         raise FioError(command, fio_messages(result.notes, command.stderr) + result.errors, result)
     return result
@@ -240,6 +242,7 @@ def client_result_or_raise(command: CommandResult, *, servers: Sequence[FioServe
         if command.ok:
             raise
         raise FioError(command, fio_messages(_notes(command.stdout), command.stderr) or (str(exc),)) from None
+    result = dataclasses.replace(result, raw_output=command.stdout)
     errors = tuple(error for host in result.hosts for error in host.errors)
     messages = fio_messages(result.notes, command.stderr)
     reported = {host.host for host in result.hosts}

@@ -172,6 +172,8 @@ class FioResult:
     notes: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
     timestamp: int | None = None
+    # fio's own output as it was printed, kept so reports can attach the raw JSON.
+    raw_output: str = field(default="", repr=False, compare=False)
 
     def direction(self, name: str) -> DirectionStats:
         """``read`` or ``write``."""
@@ -228,6 +230,7 @@ class ClientServerResult:
     hosts: tuple[FioResult, ...]
     total: FioResult
     notes: tuple[str, ...] = field(default=())
+    raw_output: str = field(default="", repr=False, compare=False)
 
     def host(self, name: str) -> FioResult:
         """The figures of the server called ``name`` (KeyError naming the known hosts if absent)."""
