@@ -115,7 +115,7 @@ KILL_CHILD = textwrap.dedent(
     def stall(original):
         def wrapper(*a, **k):
             print("HALF-MADE", flush=True)
-            time.sleep(600)
+            time.sleep(args["stall"])
             return original(*a, **k)
         return wrapper
 
@@ -130,12 +130,11 @@ KILL_CHILD = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize(("protocol", "where"), [("nvme-tcp", "target"), ("iscsi", "initiators"), ("iser", "target")])
-def test_a_run_killed_mid_provisioning_is_cleaned_by_the_next_run(
-    vlab: tuple[LabModel, dict[str, Host], dict[str, str]], protocol: str, where: str, tmp_path: Path
-) -> None:
-    lab, hosts, ssh = vlab
-    args = {"lab": lab.model_dump(mode="json"), "protocol": protocol, "where": where, **ssh}
+def _start_half_made(
+    lab: LabModel, ssh: dict[str, str], protocol: str, where: str, stall: float = 600
+) -> subprocess.Popen[str]:
+    """A child process running connect_fabric that stalls half-way for ``stall`` seconds and says HALF-MADE."""
+    args = {"lab": lab.model_dump(mode="json"), "protocol": protocol, "where": where, "stall": stall, **ssh}
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     child = subprocess.Popen(
         [sys.executable, "-c", KILL_CHILD, json.dumps(args)],
@@ -144,15 +143,23 @@ def test_a_run_killed_mid_provisioning_is_cleaned_by_the_next_run(
         text=True,
         env=env,
     )
-    try:
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        assert line.strip() == "HALF-MADE", (
-            f"child said {line!r}; stderr: {child.stderr.read() if child.stderr else ''}"
-        )
-    finally:
-        child.send_signal(signal.SIGKILL)
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    if line.strip() != "HALF-MADE":
+        child.kill()
         child.wait(timeout=30)
+        pytest.fail(f"child said {line!r}; stderr: {child.stderr.read() if child.stderr else ''}")
+    return child
+
+
+@pytest.mark.parametrize(("protocol", "where"), [("nvme-tcp", "target"), ("iscsi", "initiators"), ("iser", "target")])
+def test_a_run_killed_mid_provisioning_is_cleaned_by_the_next_run(
+    vlab: tuple[LabModel, dict[str, Host], dict[str, str]], protocol: str, where: str
+) -> None:
+    lab, hosts, ssh = vlab
+    child = _start_half_made(lab, ssh, protocol, where)
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
     half_made = leftovers(lab, hosts)
     assert half_made, "the killed run left nothing to clean: the test did not kill it half-way"
     if where == "initiators":
@@ -164,6 +171,26 @@ def test_a_run_killed_mid_provisioning_is_cleaned_by_the_next_run(
         assert len(fabric.devices) == 2
     finally:
         fabric.teardown()
+    assert leftovers(lab, hosts) == []
+
+
+@pytest.mark.parametrize(("protocol", "where"), [("iscsi", "target"), ("nvme-rdma", "initiators")])
+def test_a_run_interrupted_with_sigint_undoes_itself(
+    vlab: tuple[LabModel, dict[str, Host], dict[str, str]], protocol: str, where: str
+) -> None:
+    """Ctrl-C: connect_fabric unwinds before the exception leaves it. Initiators connect in worker threads,
+    so an interrupt there waits for the step in flight (here a 15 s stall) to finish, then undoes it too."""
+    lab, hosts, ssh = vlab
+    child = _start_half_made(lab, ssh, protocol, where, stall=15)
+    try:
+        assert leftovers(lab, hosts), "nothing was made before the interrupt"
+        child.send_signal(signal.SIGINT)
+        _, stderr = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:  # never leave a stalled child behind to wake up and provision later
+            child.kill()
+            child.wait(timeout=30)
+    assert "KeyboardInterrupt" in stderr
     assert leftovers(lab, hosts) == []
 
 
