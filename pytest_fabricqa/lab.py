@@ -53,6 +53,7 @@ class SSHSettings(_Model):
     known_hosts: Path | None = None
     verify_host_keys: bool = True
     connect_timeout: float = Field(15.0, gt=0)
+    command_timeout: float = Field(900.0, gt=0)  # no remote command may run longer (fio sets its own)
 
 
 class StorageLink(_Model):
@@ -101,6 +102,7 @@ class Device(_Model):
     path: str
     writable: bool = False
     destructive_ok: bool = False
+    load: bool = True  # performance workloads run on it (false: exported for connectivity checks only)
 
     @field_validator("path")
     @classmethod
@@ -129,12 +131,22 @@ class Subsystem(_Model):
         return value
 
 
+class NvmeConnect(_Model):
+    """Options for ``nvme connect`` on every initiator (the kernel's defaults when unset)."""
+
+    nr_io_queues: int | None = Field(None, ge=1)
+    queue_size: int | None = Field(None, ge=2)
+    ctrl_loss_tmo: int | None = Field(None, ge=-1)
+    keep_alive_tmo: int | None = Field(None, ge=1)
+
+
 class NvmeExport(_Model):
-    """How a target exports NVMe-oF: one port (trsvcid) and its subsystems."""
+    """How a target exports NVMe-oF: one port (trsvcid), its subsystems and the initiators' connect options."""
 
     port: int = Field(4420, ge=1, le=65535)
     subsystems: tuple[Subsystem, ...]
     saved_config: Path | None = None
+    connect: NvmeConnect = NvmeConnect()
 
 
 class IscsiExport(_Model):
@@ -196,7 +208,7 @@ class ThresholdModel(_Model):
 class VlabDrive(_Model):
     """An emulated drive in a virtual-lab guest: ``nvme`` (-device nvme, /dev/nvmeXn1) or ``virtio`` (/dev/vdX)."""
 
-    kind: Literal["nvme", "virtio"] = "nvme"
+    kind: Literal["nvme", "virtio", "ram"] = "nvme"
     size_mb: int = Field(ge=16, le=65536)
 
 

@@ -24,6 +24,8 @@ LAB_KEY = pytest.StashKey["LabModel | None"]()
 PROTOCOLS_KEY = pytest.StashKey["list[str]"]()
 SESSION_KEY = pytest.StashKey["LabSession"]()
 ORACLE_SKIPPED_KEY = pytest.StashKey[int]()
+LEFTOVERS_KEY = pytest.StashKey["list[str]"]()
+FABRIC_USED_KEY = pytest.StashKey[bool]()
 WORKLOADS_KEY = pytest.StashKey["list[Workload]"]()
 
 
@@ -148,6 +150,12 @@ def _workloads(lab: LabModel, path: Path, runtime: int | None) -> list[Workload]
         raise LabError(f"{path}: {exc}") from None
 
 
+def _log(config: pytest.Config, line: str) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(line)
+
+
 def _lab(config: pytest.Config) -> LabModel | None:
     return config.stash.get(LAB_KEY, None)
 
@@ -208,6 +216,19 @@ def _phase_of(item: pytest.Item) -> str:
     return str(mark.args[0]) if mark else ""
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the session loudly if objects the plugin created are still on the lab at the end."""
+    left = session.config.stash.get(LEFTOVERS_KEY, [])
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_sep("!", "fabricqa: objects left on the lab", red=True, bold=True)
+            for line in left:
+                reporter.write_line(line)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """Say plainly when the Oracle checks were not exercised."""
     lab = _lab(config)
@@ -240,18 +261,23 @@ def lab_session(lab: LabModel, pytestconfig: pytest.Config) -> Iterator[LabSessi
     """The session's connections to the lab's hosts (opened on first use, closed at the end)."""
     from pytest_fabricqa.session import LabSession
 
-    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-
-    def log(line: str) -> None:
-        if reporter is not None:
-            reporter.write_line(line)
-
-    session = LabSession.open(lab, pytestconfig.rootpath, pytestconfig.getini("fabricqa_state_dir") or None, log=log)
+    session = LabSession.open(
+        lab,
+        pytestconfig.rootpath,
+        pytestconfig.getini("fabricqa_state_dir") or None,
+        log=lambda line: _log(pytestconfig, line),
+    )
     pytestconfig.stash[SESSION_KEY] = session
     try:
         yield session
     finally:
-        session.close()
+        try:
+            if pytestconfig.stash.get(FABRIC_USED_KEY, False):
+                from pytest_fabricqa.provision import leftovers
+
+                pytestconfig.stash[LEFTOVERS_KEY] = leftovers(lab, session.hosts)
+        finally:
+            session.close()
 
 
 @pytest.fixture(scope="session")
@@ -288,17 +314,20 @@ def infra(lab_host: Host) -> Any:
 
 
 @pytest.fixture(scope="session")
-def fabric(lab: LabModel, lab_hosts: dict[str, Host], protocol: str) -> Iterator[Fabric]:
+def fabric(lab: LabModel, lab_hosts: dict[str, Host], protocol: str, pytestconfig: pytest.Config) -> Iterator[Fabric]:
     """The target for ``protocol`` provisioned and exported, every initiator connected; torn down after.
 
     One fabric per protocol at a time: pytest finishes one protocol's fixture before the next one starts.
     """
     from pytest_fabricqa.provision import ProvisionError, connect_fabric
 
+    pytestconfig.stash[FABRIC_USED_KEY] = True
     try:
         connected = connect_fabric(lab, protocol, lab_hosts)
     except ProvisionError as exc:
         pytest.fail(str(exc), pytrace=False)
+    for line in connected.stale_removed:
+        _log(pytestconfig, f"fabricqa: removed what an earlier run left: {line}")
     try:
         yield connected
     finally:

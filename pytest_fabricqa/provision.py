@@ -47,6 +47,7 @@ class FabricDevice:
     logical_block_size: int
     writable: bool  # from the lab's device entry
     destructive_ok: bool
+    load: bool = True  # performance workloads run on it (the lab's device entry)
 
 
 @dataclass(frozen=True)
@@ -234,9 +235,16 @@ def _connect_one(lab: LabModel, model: TargetModel, export: Export, host: Host, 
     return _connect_iscsi(lab, model, export, host, undo)
 
 
+def _loads(lab: LabModel, export: Export, backing: str) -> bool:
+    device = lab.target_for(export.protocol).devices.get(backing)
+    return device.load if device is not None else True
+
+
 def _connect_nvme(lab: LabModel, export: Export, host: Host, undo: UndoStack) -> _Connected:
     hostnqn = lab.hosts[host.name].host_nqn
     trtype = export.transport
+    nvme_export = lab.target_for(export.protocol).nvme
+    options = nvme.ConnectOptions(**nvme_export.connect.model_dump()) if nvme_export else None
     try:
         records = nvme.discover(host, trtype, export.address, export.port, hostnqn)
     except CommandError as exc:
@@ -257,7 +265,7 @@ def _connect_nvme(lab: LabModel, export: Export, host: Host, undo: UndoStack) ->
     for nqn in export.subsystems:
         undo.push(f"disconnect {nqn}", partial(nvme.disconnect, host, nqn))
         try:
-            nvme.connect(host, trtype, export.address, export.port, nqn, hostnqn)
+            nvme.connect(host, trtype, export.address, export.port, nqn, hostnqn, options)
         except CommandError as exc:
             raise ProvisionError(
                 host.name,
@@ -284,6 +292,7 @@ def _connect_nvme(lab: LabModel, export: Export, host: Host, undo: UndoStack) ->
             found[(u.subsystem, u.address)].logical_block_size,
             u.writable,
             u.destructive_ok,
+            _loads(lab, export, u.backing),
         )
         for u in export.units
     ]
@@ -368,6 +377,7 @@ def _connect_iscsi(lab: LabModel, model: TargetModel, export: Export, host: Host
             found[u.address].logical_block_size,
             u.writable,
             u.destructive_ok,
+            _loads(lab, export, u.backing),
         )
         for u in export.units
     ]

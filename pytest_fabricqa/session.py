@@ -80,5 +80,6 @@ def make_hosts(lab: LabModel, *, key: Path | None = None, known_hosts: Path | No
             known_hosts=known_hosts or ssh.known_hosts,
             verify_host_keys=ssh.verify_host_keys,
             connect_timeout=ssh.connect_timeout,
+            command_timeout=ssh.command_timeout,
         )
     return hosts

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.loads_target
 
 
 def _devices(fabric: Fabric, initiator: str, workload: Workload) -> list[str]:
-    devices = fabric.devices_on(initiator)
+    devices = [d for d in fabric.devices_on(initiator) if d.load]
     if workload.writes:
         devices = [d for d in devices if d.writable]
     return [d.path for d in devices]

@@ -83,6 +83,7 @@ class ConnectOptions:
     nr_io_queues: int | None = None
     queue_size: int | None = None
     ctrl_loss_tmo: int | None = None
+    keep_alive_tmo: int | None = None
 
 
 def parse_discovery(text: str) -> list[DiscoveryRecord]:
@@ -151,6 +152,8 @@ def connect(
         argv.append(f"--queue-size={opts.queue_size}")
     if opts.ctrl_loss_tmo is not None:
         argv.append(f"--ctrl-loss-tmo={opts.ctrl_loss_tmo}")
+    if opts.keep_alive_tmo:
+        argv.append(f"--keep-alive-tmo={opts.keep_alive_tmo}")
     host.run(argv, timeout=120)
 
 

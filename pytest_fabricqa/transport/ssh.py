@@ -33,6 +33,7 @@ class SSHHost:
         known_hosts: Path | None = None,
         verify_host_keys: bool = True,
         connect_timeout: float = 15.0,
+        command_timeout: float | None = 900.0,
     ) -> None:
         self.name = name
         self.address = address
@@ -45,6 +46,8 @@ class SSHHost:
         self.verify_host_keys = verify_host_keys
         self._connect_timeout = connect_timeout
         self._connection: Any = None
+        # A command that never returns (a hung configfs rmdir, a stalled device) must fail the case, not the run.
+        self.command_timeout = command_timeout
 
     def __repr__(self) -> str:
         return f"ssh://{self.user}@{self.address}:{self.port} ({self.name})"
@@ -114,11 +117,12 @@ class SSHHost:
                 shlex.join(args),
                 hide=True,
                 warn=True,
-                timeout=timeout,
+                timeout=timeout if timeout is not None else self.command_timeout,
                 in_stream=io.StringIO(stdin) if stdin is not None else False,
             )
         except CommandTimedOut as exc:
-            result = CommandResult(self.name, args, 124, exc.result.stdout, f"timed out after {timeout} s")
+            limit = timeout if timeout is not None else self.command_timeout
+            result = CommandResult(self.name, args, 124, exc.result.stdout, f"timed out after {limit} s")
         else:
             result = CommandResult(self.name, args, res.exited, res.stdout, res.stderr)
         if check and not result.ok:

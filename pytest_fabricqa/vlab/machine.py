@@ -36,7 +36,7 @@ from pathlib import Path
 from pytest_fabricqa.transport.base import CommandError, CommandResult
 from pytest_fabricqa.vlab import procs
 from pytest_fabricqa.vlab.image import Image, build_image
-from pytest_fabricqa.vlab.spec import Guest, VlabSpec
+from pytest_fabricqa.vlab.spec import Drive, Guest, VlabSpec
 
 # Loaded at boot (no udev). null_blk, brd and loop are in the image but left unloaded, so a test can load
 # them with the parameters it needs (``modprobe null_blk nr_devices=1 gb=1``).
@@ -50,6 +50,7 @@ BOOT_MODULES: tuple[str, ...] = (
     "sg",
     "nvme_core",
     "nvme",
+    "virtio_blk",  # the virtio scratch drive (/dev/vda) for destructive tests
     "nvme_fabrics",
     "nvme_tcp",
     "nvme_rdma",
@@ -196,6 +197,8 @@ def qemu_argv(
         "-fw_cfg", f"name=opt/fabricqa/config.tar,file={guest_dir / 'config.tar'}",
     ]  # fmt: skip
     for drive in guest.drives:
+        if drive.kind == "ram":
+            continue  # made inside the guest by brd (see guest_config_tar), not by QEMU
         # Throwaway sparse files: cache=unsafe skips host flushes, the guest still sees a real NVMe drive.
         argv += [
             "-drive",
@@ -214,13 +217,18 @@ def guest_env(spec: VlabSpec, guest: Guest, index: int) -> str:
     values = {
         "FQ_LAB": spec.name,
         "FQ_HOSTNAME": guest.name,
-        "FQ_MODULES": " ".join(BOOT_MODULES),
+        "FQ_MODULES": " ".join((*BOOT_MODULES, "brd") if ram_drives(guest) else BOOT_MODULES),
         "FQ_MGMT_MAC": mgmt_mac,
         "FQ_STORAGE_MAC": storage_mac,
         "FQ_STORAGE_ADDRESS": guest.storage_address,
         "FQ_STORAGE_MTU": str(guest.storage_mtu),
     }
     return "".join(f"{k}={shlex.quote(v)}\n" for k, v in values.items())
+
+
+def ram_drives(guest: Guest) -> list[Drive]:
+    """The guest's RAM disks (drive kind "ram"), in spec order: /dev/ram0, /dev/ram1, ..."""
+    return [d for d in guest.drives if d.kind == "ram"]
 
 
 def guest_config_tar(
@@ -241,6 +249,13 @@ def guest_config_tar(
         ("etc/nvme/hostnqn", f"{nqn}\n".encode(), 0o644),
         ("etc/nvme/hostid", f"{host_id}\n".encode(), 0o644),
     ]
+    rams = ram_drives(guest)
+    if rams:
+        # brd makes rd_nr disks of one size: the largest asked for (/dev/ram0, /dev/ram1, ... in spec order).
+        size_kb = max(d.size_mb for d in rams) * 1024
+        files.append(
+            ("etc/modprobe.d/fabricqa-ram.conf", f"options brd rd_nr={len(rams)} rd_size={size_kb}\n".encode(), 0o644)
+        )
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
         for directory in ("root/.ssh",):
@@ -401,7 +416,7 @@ class VirtualLab:
             (gdir / "config.tar").write_bytes(
                 guest_config_tar(self.spec, guest, index, gdir / "ssh_host_ed25519_key", client_public, init_script)
             )
-            for drive in guest.drives:
+            for drive in (d for d in guest.drives if d.kind != "ram"):
                 with (gdir / f"drive-{drive.id}.raw").open("wb") as handle:
                     handle.truncate(drive.size_mb * 1024 * 1024)
             argv = qemu_argv(guest, index, image, gdir, sock_dir, switch=switch)

@@ -18,7 +18,8 @@ DEFAULT_CPUS = 1
 # Linux's minimum IPv4 MTU and the largest frame the lab's switch passes (jumbo frames).
 MIN_MTU = 576
 MAX_MTU = 9000
-DRIVE_KINDS = ("nvme", "virtio")
+# "ram": a brd RAM disk in the guest (/dev/ramN), for load that emulated drives cannot carry under TCG.
+DRIVE_KINDS = ("nvme", "virtio", "ram")
 
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 _DRIVE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,19}$")  # an NVMe serial is at most 20 characters

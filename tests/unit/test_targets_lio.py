@@ -38,7 +38,10 @@ def test_plan_names_backstores_with_the_prefix_and_uses_initiator_iqns_as_acls()
     lab = load_lab(LABS / "vlab.yaml")
     plan = plan_from_lab(lab, lab.target_for("iser"), "iser")
     assert plan.iser and plan.portal == "10.10.10.19:3260"
-    assert [(lun.lun, lun.backstore, lun.path) for lun in plan.luns] == [(0, "fabricqa_nvme0", "/dev/nvme0n1")]
+    assert [(lun.lun, lun.backstore, lun.path) for lun in plan.luns] == [
+        (0, "fabricqa_ram0", "/dev/ram0"),
+        (1, "fabricqa_nvme0", "/dev/nvme0n1"),
+    ]
     assert plan.acls == ("iqn.2026-11.io.fabricqa:vnode1", "iqn.2026-11.io.fabricqa:vnode2")
     assert not plan_from_lab(lab, lab.target_for("iscsi"), "iscsi").iser
 
@@ -55,7 +58,7 @@ def test_a_bad_name_prefix_is_one_line(tmp_path: Path) -> None:
     text = (LABS / "vlab.yaml").read_text().replace("  - kind: lio\n", "  - kind: lio\n    name_prefix: 'my qa'\n")
     (tmp_path / "lab.yaml").write_text(text)
     lab = load_lab(tmp_path / "lab.yaml")
-    with pytest.raises(ProvisionError, match=r"^vstor: backstore name 'my qa_nvme0' .*; use letters"):
+    with pytest.raises(ProvisionError, match=r"^vstor: backstore name 'my qa_ram0' .*; use letters"):
         plan_from_lab(lab, lab.target_for("iscsi"), "iscsi")
 
 

@@ -110,7 +110,8 @@ def test_plan_from_the_vlab_lab_serves_each_nvme_protocol_on_the_storage_address
         (port,) = plan.ports
         assert (port.trtype, port.traddr, port.trsvcid) == (trtype, "10.10.10.19", 4420)
         assert [(s.nqn, [ns.path for ns in s.namespaces]) for s in plan.subsystems] == [
-            ("nqn.2026-11.io.fabricqa:vlab-nvme0", ["/dev/nvme0n1"])
+            ("nqn.2026-11.io.fabricqa:vlab-ram0", ["/dev/ram0"]),
+            ("nqn.2026-11.io.fabricqa:vlab-nvme0", ["/dev/nvme0n1"]),
         ]
         assert plan.hosts == ()
 
@@ -130,9 +131,10 @@ def _lab_with(tmp_path: Path, **nvme: object) -> Path:
 def test_a_subsystem_closed_to_any_host_admits_every_initiator_host_nqn(tmp_path: Path) -> None:
     lab = load_lab(_lab_with(tmp_path))
     plan = plan_from_lab(lab, lab.target_for("nvme-tcp"), "nvme-tcp")
-    assert not plan.subsystems[0].allow_any_host
-    assert plan.subsystems[0].allowed_hosts == ("nqn.2026-11.io.fabricqa:vnode1", "nqn.2026-11.io.fabricqa:vnode2")
-    assert plan.hosts == plan.subsystems[0].allowed_hosts
+    closed = plan.subsystems[1]
+    assert closed.nqn.endswith("vlab-nvme0") and not closed.allow_any_host
+    assert closed.allowed_hosts == ("nqn.2026-11.io.fabricqa:vnode1", "nqn.2026-11.io.fabricqa:vnode2")
+    assert plan.hosts == closed.allowed_hosts
 
 
 def test_a_closed_subsystem_and_an_initiator_without_host_nqn_is_one_line(tmp_path: Path) -> None:
