@@ -12,7 +12,10 @@ LOCAL_LAB = ROOT / "tests" / "data" / "labs" / "local.yaml"
 
 
 def _run(pytester: pytest.Pytester, lab: Path, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(f"--lab={lab}", str(SUITE), "-p", "no:cacheprovider", "-rA", *args)
+    report = pytester.path / "report"  # not the repository's own fabricqa-report/ (the suite's rootdir)
+    return pytester.runpytest_subprocess(
+        f"--lab={lab}", str(SUITE), "-p", "no:cacheprovider", "-rA", f"--report-dir={report}", *args
+    )
 
 
 def test_loopback_lab_passes_its_interface_kernel_and_tool_checks(pytester: pytest.Pytester) -> None:
