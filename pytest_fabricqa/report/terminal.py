@@ -9,7 +9,8 @@ _VERDICT_WORDS = {"passed": "PASSED", "failed": "FAILED", "skipped": "SKIPPED", 
 
 
 def workload_label(case: Case) -> str:
-    """``randread 8k j4 qd128`` (plus ``size 2g`` and ``2 hosts`` when they apply); the case id otherwise."""
+    """``randread 8k j4 qd128`` (plus ``size 2g``, ``2 hosts`` or ``fabric vs local`` when they apply); the case
+    id otherwise."""
     w = case.workload
     if w is None:
         return case.case_id
@@ -18,7 +19,9 @@ def workload_label(case: Case) -> str:
         parts.append(f"qd{w.iodepth}")
     if w.size:
         parts.append(f"size {w.size}")
-    if len(case.hosts) > 1:
+    if "fabric_efficiency" in case.figures:
+        parts.append("fabric vs local")
+    elif len(case.hosts) > 1:
         parts.append(f"{len(case.hosts)} hosts")
     return " ".join(parts)
 

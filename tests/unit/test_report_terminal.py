@@ -82,3 +82,5 @@ def test_workload_label() -> None:
     case = next(c for c in run.cases if c.case_id == "iser-read-1m-qd4-j1")
     assert workload_label(case) == "read 1m j1 qd4 2 hosts"
     assert workload_label(replace(case, workload=None)) == "iser-read-1m-qd4-j1"
+    efficiency = replace(case, figures={**case.figures, "fabric_efficiency": 0.93})
+    assert workload_label(efficiency) == "read 1m j1 qd4 fabric vs local"
