@@ -67,7 +67,11 @@ def ensure_running(
         running = VirtualLab.attach(spec, run_dir)
         if running is not None:
             return running, False
-        return VirtualLab.start(spec, run_dir, owner_pid=owner_pid, log=log), True
+        started = VirtualLab.start(spec, run_dir, owner_pid=owner_pid, log=log)
+        # One line per boot: says who booted the lab (and proves xdist workers share one boot).
+        with open(run_dir / "boots.log", "a") as handle:
+            handle.write(f"booted by pid {os.getpid()} for owner {owner_pid}\n")
+        return started, True
 
 
 def stop_if_owner(lab: LabModel, state_dir: Path, owner_pid: int) -> bool:

@@ -118,9 +118,7 @@ def test_fio(
 
     limits = thresholds_for(lab.thresholds_table(), protocol, workload.name)
     problems = violations(total, limits, label=workload.name)
-    # fio's "All clients" entry divides by its own clock; on runs of a few seconds the hosts' start skew alone
-    # moves it ~2% from their sum, so 5% is the line between skew and a host fio dropped from the total.
-    mismatch = total_mismatch(result, rel_tol=0.05)
+    mismatch = total_mismatch(result)
     if mismatch:
         problems.append(mismatch)
     case = _case(

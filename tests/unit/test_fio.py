@@ -259,9 +259,9 @@ def test_client_server_total_mismatch_is_reported_when_a_host_is_lost() -> None:
 
     message = total_mismatch(result)
     assert message is not None
-    assert message.startswith("the all-clients IOPS of ")
-    assert "differs from the sum of 1 hosts" in message and "bandwidth" in message
-    assert f"{result.total.read.iops:,.0f} IOPS" in message
+    assert message.startswith("the all-clients I/O count of ")
+    assert "differs from the sum of 1 hosts" in message and "bytes" in message
+    assert f"{result.total.read.total_ios:,} I/Os" in message
 
 
 def test_client_server_json_plus_fills_the_totals_percentiles_from_merged_histograms() -> None:
