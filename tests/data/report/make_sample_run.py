@@ -91,7 +91,9 @@ def performance_cases(protocol: str, *, baseline: bool) -> list[Case]:
     for rw, bs, numjobs, iodepth in points:
         name = f"{rw}-{bs}-qd{iodepth}-j{numjobs}"
         case_id = f"{protocol}-{name}"
-        per_host = {h: _figures(protocol, rw, bs, numjobs, iodepth, share) for h, share in zip(HOSTS, SHARES, strict=True)}
+        per_host = {
+            h: _figures(protocol, rw, bs, numjobs, iodepth, share) for h, share in zip(HOSTS, SHARES, strict=True)
+        }
         if protocol == "nvme-tcp" and name == "randwrite-8k-qd32-j4" and not baseline:
             # The planted regression: one point 18% slower than the baseline.
             per_host = {
@@ -114,7 +116,9 @@ def performance_cases(protocol: str, *, baseline: bool) -> list[Case]:
                 violations.append(f"lat_p99_us {figures['lat_p99_us']:,.0f} µs is above the maximum 12,000 µs")
         regression = None
         if not baseline:
-            before = {h: _figures(protocol, rw, bs, numjobs, iodepth, share) for h, share in zip(HOSTS, SHARES, strict=True)}
+            before = {
+                h: _figures(protocol, rw, bs, numjobs, iodepth, share) for h, share in zip(HOSTS, SHARES, strict=True)
+            }
             before_figures = _aggregate(before)
             messages: list[str] = []
             change = (figures["iops"] - before_figures["iops"]) / before_figures["iops"] * 100
