@@ -26,7 +26,8 @@ def watch(run_dir: Path, poll_s: float = POLL_S) -> int:
             for line in cleanup_stale(run_dir):
                 print(f"fabricqa-vlab watchdog: owner died, killed {line}", file=sys.stderr)
             return 0
-        if not any(alive(p) for p in state.processes):
+        # The watchdog starts before the first process is recorded: only an emptied lab ends the watch.
+        if state.processes and not any(alive(p) for p in state.processes):
             return 0
         time.sleep(poll_s)
 

@@ -365,6 +365,30 @@ def test_watchdog_kills_the_lab_when_its_owner_dies(tmp_path: Path) -> None:
             proc.wait()
 
 
+def test_watchdog_started_before_the_guests_keeps_watching(tmp_path: Path) -> None:
+    """VirtualLab.start runs the watchdog before any process is recorded: it must not take the empty list for a
+    stopped lab (it once did, and a SIGKILLed pytest left its guests running)."""
+    owner = _spawn(["sleep", "300"])
+    stand_in = _spawn(["sleep", "300"])
+    try:
+        _write_state(tmp_path, procs.ref("owner", owner.pid), [])
+        watchdog = subprocess.Popen(
+            [sys.executable, "-m", "pytest_fabricqa.vlab.watchdog", str(tmp_path)],
+            cwd=Path(image_mod.__file__).parents[2],
+        )
+        time.sleep(1)
+        assert watchdog.poll() is None
+        _write_state(tmp_path, procs.ref("owner", owner.pid), [procs.ref("qemu vstor", stand_in.pid)])
+        owner.kill()
+        owner.wait()
+        assert stand_in.wait(timeout=15) == -15
+        assert watchdog.wait(timeout=15) == 0
+    finally:
+        for proc in (owner, stand_in):
+            proc.kill()
+            proc.wait()
+
+
 def _frame(dst: bytes, src: bytes, size: int) -> bytes:
     frame = dst + src + b"\x08\x00" + bytes(size - 14)
     return len(frame).to_bytes(4, "big") + frame
