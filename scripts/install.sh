@@ -23,4 +23,4 @@ fi
 python3 -m pip install -q --disable-pip-version-check -e '.[dev]'
 
 # Build (or find in the cache) the virtual lab's kernel and root filesystem.
-fabricqa-vlab build
+python3 -m pytest_fabricqa.vlab.cli build

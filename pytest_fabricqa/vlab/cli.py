@@ -1,6 +1,8 @@
 """``fabricqa-vlab``: build the guest image, bring a lab up or down, show its state.
 
     fabricqa-vlab build [--force]
+    fabricqa-vlab up --lab vlab                  # the lab file's guests; `pytest --lab=vlab` then attaches
+    fabricqa-vlab down --lab vlab
     fabricqa-vlab up --spec-json FILE --run-dir DIR
     fabricqa-vlab status --run-dir DIR
     fabricqa-vlab down --run-dir DIR
@@ -34,15 +36,33 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--force", action="store_true", help="rebuild even when the cache is current")
     build.add_argument("--cache-dir", type=Path, default=None, help=f"default: {cache_root()}")
     up = sub.add_parser("up", help="boot a lab and wait until every guest answers SSH")
-    up.add_argument("--spec-json", type=Path, required=True, help="the lab spec (VlabSpec.to_dict() as JSON)")
+    up.add_argument("--spec-json", type=Path, help="the lab spec (VlabSpec.to_dict() as JSON)")
     for command in (up, sub.add_parser("down", help="stop the lab"), sub.add_parser("status", help="lab state")):
         command.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help=f"default: {DEFAULT_RUN_DIR}")
+        command.add_argument(
+            "--lab", help="a lab file name (labs/NAME.yaml) or path: its guests, in the run dir pytest uses"
+        )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 failure, 2 usage)."""
     args = _parser().parse_args(argv)
+    lab_spec = None
+    if getattr(args, "lab", None):
+        from pytest_fabricqa.lab import LabError, load_lab, resolve_lab_path
+        from pytest_fabricqa.vlab_lab import run_dir_for, spec_from_lab
+
+        try:
+            model = load_lab(resolve_lab_path(args.lab, Path.cwd()))
+        except LabError as exc:
+            print(f"fabricqa-vlab: {exc}", file=sys.stderr)
+            return 2
+        if model.vlab is None:
+            print(f"fabricqa-vlab: lab {model.name!r} has no vlab section: it is not a virtual lab", file=sys.stderr)
+            return 2
+        lab_spec = spec_from_lab(model)
+        args.run_dir = run_dir_for(Path(".fabricqa"), model)
     try:
         if args.command == "build":
             t0 = time.monotonic()
@@ -50,7 +70,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{image.root}  kernel {image.kernel_version}  ({time.monotonic() - t0:.1f} s)")
             return 0
         if args.command == "up":
-            spec = load_spec_json(args.spec_json)
+            if lab_spec is None and args.spec_json is None:
+                print("fabricqa-vlab: up needs --lab NAME or --spec-json FILE", file=sys.stderr)
+                return 2
+            spec = lab_spec or load_spec_json(args.spec_json)
             t0 = time.monotonic()
             lab = VirtualLab.start(spec, args.run_dir, log=_log)
             print(f"lab {spec.name} up in {time.monotonic() - t0:.1f} s; run dir {lab.run_dir}")
