@@ -8,7 +8,9 @@ against a bare fio run on the same devices.
    fio's own time (ramp + runtime).
 2. In the same run, connects the fabric with the plugin's library and runs the same workloads with bare fio
    over plain ``ssh`` on every initiator at once (no client/server, no parsing, no guard), summing the IOPS.
-3. Prints, per point, the overhead in seconds and the ratio plugin IOPS / bare IOPS.
+3. Prints, per point: the case's call time, fio's own time (ramp + runtime), the overhead (call - fio), the
+   bare run's wall time over ssh, what the harness adds on top of a bare run (call - bare), and the ratio
+   plugin IOPS / bare IOPS.
 
 It prints figures; it asserts nothing (machines here are shared and noisy). Aim: overhead < 2 s per point,
 IOPS ratio >= 0.98.
@@ -52,7 +54,7 @@ def _plugin_run(lab: str, protocol: str, runtime: int, report: Path) -> tuple[fl
     return wall, points
 
 
-def _bare_run(lab_name: str, protocol: str, runtime: int) -> dict[str, float]:
+def _bare_run(lab_name: str, protocol: str, runtime: int) -> dict[str, tuple[float, float]]:
     from pytest_fabricqa.fio import figures, fio_argv, parse_fio_output
     from pytest_fabricqa.lab import load_lab, resolve_lab_path
     from pytest_fabricqa.plugin import _workloads
@@ -64,7 +66,7 @@ def _bare_run(lab_name: str, protocol: str, runtime: int) -> dict[str, float]:
     lab = load_lab(path)
     session = LabSession.open(lab, ROOT, log=lambda _line: None)
     fabric = connect_fabric(lab, protocol, session.hosts)
-    out: dict[str, float] = {}
+    out: dict[str, tuple[float, float]] = {}
     try:
         for workload in _workloads(lab, path, runtime):
             jobs = []
@@ -72,9 +74,11 @@ def _bare_run(lab_name: str, protocol: str, runtime: int) -> dict[str, float]:
                 devices = [d.path for d in fabric.devices_on(initiator) if d.writable or not workload.writes]
                 if devices:
                     jobs.append((session.hosts[initiator], fio_argv(workload, devices, output_format="json")))
+            start = time.monotonic()
             with ThreadPoolExecutor(len(jobs)) as pool:
                 runs = list(pool.map(lambda job: job[0].run(job[1], timeout=600).stdout, jobs))
-            out[case_id(protocol, workload)] = sum(figures(parse_fio_output(text))["iops"] for text in runs)
+            wall = time.monotonic() - start
+            out[case_id(protocol, workload)] = (sum(figures(parse_fio_output(t))["iops"] for t in runs), wall)
     finally:
         fabric.teardown()
         session.close()
@@ -98,15 +102,16 @@ def main() -> int:
     bare = _bare_run(args.lab, args.protocol, args.runtime)
     print(f"harness benchmark: lab {args.lab}, {args.protocol}, runtime {args.runtime} s; suite wall time {wall:.1f} s")
     print(
-        f"{'point':40} {'call s':>7} {'fio s':>6} {'overhead s':>10} {'plugin IOPS':>12} {'bare IOPS':>10} {'ratio':>6}"
+        f"{'point':34} {'call s':>7} {'fio s':>6} {'overhead s':>10} {'bare s':>7} {'added s':>7} "
+        f"{'plugin IOPS':>12} {'bare IOPS':>10} {'ratio':>6}"
     )
     for cid, point in plugin.items():
         fio_s = args.runtime + ramp[cid.removeprefix(f"{args.protocol}-")]
-        overhead = point["call_s"] - fio_s
-        ratio = point["iops"] / bare[cid] if bare.get(cid) else float("nan")
+        bare_iops, bare_wall = bare.get(cid, (float("nan"), float("nan")))
         print(
-            f"{cid:40} {point['call_s']:7.1f} {fio_s:6.1f} {overhead:10.2f} {point['iops']:12,.0f} "
-            f"{bare.get(cid, float('nan')):10,.0f} {ratio:6.2f}"
+            f"{cid:34} {point['call_s']:7.1f} {fio_s:6.1f} {point['call_s'] - fio_s:10.2f} {bare_wall:7.1f} "
+            f"{point['call_s'] - bare_wall:7.2f} {point['iops']:12,.0f} {bare_iops:10,.0f} "
+            f"{point['iops'] / bare_iops:6.2f}"
         )
     return 0
 
