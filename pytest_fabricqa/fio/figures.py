@@ -5,22 +5,11 @@ from __future__ import annotations
 import math
 
 from pytest_fabricqa.fio.model import ClientServerResult, FioResult
+from pytest_fabricqa.report.model import CORE_METRICS
 
-# Every figure name figures() may return; the report's columns and the threshold keys use these.
-FIGURE_NAMES: tuple[str, ...] = (
-    "iops",
-    "mbps",
-    "lat_mean_us",
-    "lat_p50_us",
-    "lat_p99_us",
-    "lat_p999_us",
-    "lat_p9999_us",
-    "cpu_usr_pct",
-    "cpu_sys_pct",
-)
-
-# Default tolerance of total_mismatch(): fio computes the "All clients" rate from the summed I/O count over
-# the longest host runtime, so it differs from the sum of the hosts' rates by a fraction of a percent.
+# Every figure name figures() may return: the report's core metrics, so the results file, the report's columns
+# and the threshold keys share one list.
+FIGURE_NAMES: tuple[str, ...] = CORE_METRICS
 
 
 def figures(result: FioResult, direction: str | None = None) -> dict[str, float]:
