@@ -99,6 +99,9 @@ def test_failure_shows_host_command_exit_code_and_stderr(sshd: Server) -> None:
         with pytest.raises(CommandError, match=r"^el72h3: `ls /no/such/dev` exited 2; stderr tail:\n.*No such file"):
             host.run(["ls", "/no/such/dev"])
         assert host.run(["sh", "-c", "cat"], stdin="from stdin").stdout == "from stdin"
+        # A job file's worth and more: invoke's own stdin pump sends ~100 bytes/s and would time out here.
+        big = "".join(f"line {i} of a fio job file\n" for i in range(1500))
+        assert host.run(["sh", "-c", "cat"], stdin=big, timeout=20).stdout == big
     finally:
         host.close()
 
