@@ -1,7 +1,7 @@
 """connect_fabric on the virtual lab, for real: every protocol, a run killed half-way, foreign objects, bad input.
 
-Boots its own three guests (labs/vlab.yaml's shape on SSH ports 22291-22293, so a suite lab on 22191-22193 can
-run beside it) unless they are already up in the same state folder, and stops them at the end if it booted them.
+Runs on the three guests tests/vlab/conftest.py shares with the other modules here (labs/vlab.yaml's shape on SSH
+ports 22291-22293, so a suite lab on 22191-22193 can run beside it).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from vlab_support import make_lab
 
 from pytest_fabricqa.lab import LabModel
 from pytest_fabricqa.provision import ProvisionError, cleanup_stale, connect_fabric, leftovers
@@ -27,47 +27,18 @@ from pytest_fabricqa.transport.base import Host
 pytestmark = pytest.mark.vlab
 
 ROOT = Path(__file__).parents[2]
-PORTS = {"vstor": 22291, "vnode1": 22292, "vnode2": 22293}
-STATE = Path(os.environ.get("FABRICQA_PROVISION_VLAB_STATE", str(ROOT / ".fabricqa" / "provision-vlab")))
 NQN = "nqn.2026-11.io.fabricqa:vlab-nvme0"
+RAM_NQN = "nqn.2026-11.io.fabricqa:vlab-ram0"
 IQN = "iqn.2026-11.io.fabricqa:vstor"
 FOREIGN_NQN = "nqn.2014-08.org.example:foreign"
 TIMINGS: dict[str, dict[str, float]] = {}
 
 
-def _lab_data() -> dict[str, Any]:
-    data = yaml.safe_load((ROOT / "labs" / "vlab.yaml").read_text())
-    for name, port in PORTS.items():
-        data["hosts"][name]["port"] = port
-    return data
-
-
-def _lab(mutate: Callable[[dict[str, Any]], None] | None = None) -> LabModel:
-    data = _lab_data()
-    if mutate is not None:
-        mutate(data)
-    return LabModel.model_validate(data)
-
-
-@pytest.fixture(scope="module")
-def vlab() -> Iterator[tuple[LabModel, dict[str, Host], dict[str, str]]]:
-    """(lab, hosts, ssh files) of a running three-guest lab."""
-    from pytest_fabricqa.session import make_hosts
-    from pytest_fabricqa.vlab_lab import ensure_running
-
-    lab = _lab()
-    virtual, booted = ensure_running(lab, STATE, os.getpid())
-    hosts = make_hosts(lab, key=virtual.ssh_key, known_hosts=virtual.known_hosts)
-    try:
-        cleanup_stale(lab, hosts)
-        yield lab, hosts, {"key": str(virtual.ssh_key), "known_hosts": str(virtual.known_hosts)}
-    finally:
-        for host in hosts.values():
-            host.close()
-        if booted:
-            virtual.stop()
-        if TIMINGS:
-            print("\nfabric set-up / teardown seconds:", json.dumps(TIMINGS, sort_keys=True))
+@pytest.fixture(scope="module", autouse=True)
+def _print_timings() -> Iterator[None]:
+    yield
+    if TIMINGS:
+        print("\nfabric set-up / teardown seconds:", json.dumps(TIMINGS, sort_keys=True))
 
 
 def _sh(host: Host, script: str, *args: str) -> str:
@@ -83,13 +54,19 @@ def test_every_protocol_connects_both_initiators_and_leaves_nothing(
     try:
         assert sorted(fabric.discovered) == ["vnode1", "vnode2"]
         for initiator in ("vnode1", "vnode2"):
-            (device,) = fabric.devices_on(initiator)
-            assert device.subsystem == (IQN if protocol in ("iscsi", "iser") else NQN)
-            assert device.backing == "nvme0" and device.writable
-            assert device.size_bytes == 1024 * 1024 * 1024 and device.logical_block_size == 512
-            # The device found through sysfs is the one the initiator reads from.
-            size = hosts[initiator].run(["blockdev", "--getsize64", device.path]).stdout.strip()
-            assert int(size) == device.size_bytes
+            # labs/vlab.yaml exports the workloads' RAM disk and the emulated NVMe drive (connectivity only).
+            devices = {d.backing: d for d in fabric.devices_on(initiator)}
+            assert set(devices) == {"ram0", "nvme0"}
+            ram, drive = devices["ram0"], devices["nvme0"]
+            scsi = protocol in ("iscsi", "iser")
+            assert ram.subsystem == (IQN if scsi else RAM_NQN) and drive.subsystem == (IQN if scsi else NQN)
+            assert ram.writable and ram.load and not drive.writable and not drive.load
+            assert ram.size_bytes == 512 * 1024 * 1024 and drive.size_bytes == 1024 * 1024 * 1024
+            for device in (ram, drive):
+                assert device.logical_block_size == 512
+                # The device found through sysfs is the one the initiator reads from.
+                size = hosts[initiator].run(["blockdev", "--getsize64", device.path]).stdout.strip()
+                assert int(size) == device.size_bytes
     finally:
         t0 = time.monotonic()
         fabric.teardown()
@@ -168,7 +145,7 @@ def test_a_run_killed_mid_provisioning_is_cleaned_by_the_next_run(
     fabric = connect_fabric(lab, protocol, hosts)  # no manual clean-up in between
     try:
         assert fabric.stale_removed, "connect_fabric should report what it removed"
-        assert len(fabric.devices) == 2
+        assert len(fabric.devices) == 4  # two initiators x (RAM disk, NVMe drive)
     finally:
         fabric.teardown()
     assert leftovers(lab, hosts) == []
@@ -267,7 +244,7 @@ def test_a_missing_backing_device_is_one_line_and_leaves_nothing(
         for target in data["targets"]:
             target["devices"]["nvme0"]["path"] = "/dev/nvme9n1"
 
-    message = _one_line_error(_lab(missing), protocol, hosts)
+    message = _one_line_error(make_lab(missing), protocol, hosts)
     index = 0 if protocol == "nvme-tcp" else 1
     assert message.startswith("vstor: backing device nvme0 (/dev/nvme9n1)")
     assert f"fix targets[{index}].devices.nvme0.path" in message
@@ -294,7 +271,7 @@ def test_a_port_taken_by_a_foreign_nvmet_port_or_a_process_is_one_line(
         data["targets"][1]["iscsi"]["port"] = 22
 
     for protocol in ("nvme-tcp", "iscsi"):
-        message = _one_line_error(_lab(on_ssh_port), protocol, hosts)
+        message = _one_line_error(make_lab(on_ssh_port), protocol, hosts)
         assert message.startswith("vstor: TCP port 22 is taken by a process (") and "sshd" in message
 
 
@@ -326,7 +303,7 @@ def test_an_nvmetcli_saved_config_is_provisioned_as_it_is(
         data["targets"][0]["nvme"]["saved_config"] = str(tmp_path / "config.json")
         data["targets"][0]["devices"]["scratch"] = {"path": "/dev/vda"}
 
-    lab = _lab(use_saved)
+    lab = make_lab(use_saved)
     hosts["vstor"].run(["modprobe", "virtio_blk"])
     for protocol in ("nvme-rdma", "nvme-tcp"):
         fabric = connect_fabric(lab, protocol, hosts)

@@ -13,8 +13,7 @@ The guard is read-only: around every run neither the kernel's count of sectors w
 (/sys/class/block/NAME/stat, after a sync) nor the sha256 of the whole device changes. The hash is taken here,
 from the QEMU drive's raw file (checked once to hold what the guest sees), or in the guest for the RAM disk.
 
-Boots the same three guests as test_provision_vlab.py (SSH ports 22291-22293, same state folder), or attaches
-to them when they are up, and stops them at the end only if it booted them.
+Runs on the three guests tests/vlab/conftest.py shares with the other modules here (SSH ports 22291-22293).
 """
 
 from __future__ import annotations
@@ -30,21 +29,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
-import yaml
+from vlab_support import STATE
 
 from pytest_fabricqa.lab import LabModel
-from pytest_fabricqa.provision import cleanup_stale, connect_fabric, leftovers
+from pytest_fabricqa.provision import connect_fabric, leftovers
 from pytest_fabricqa.safety import DeviceRefused, guard, inspect
 from pytest_fabricqa.transport.base import Host
 
 pytestmark = pytest.mark.vlab
 
 ROOT = Path(__file__).parents[2]
-PORTS = {"vstor": 22291, "vnode1": 22292, "vnode2": 22293}
-STATE = Path(os.environ.get("FABRICQA_PROVISION_VLAB_STATE", str(ROOT / ".fabricqa" / "provision-vlab")))
 
 MiB = 1 << 20
 SCRATCH = "/dev/vda"  # labs/vlab.yaml: vlab.vstor.drives.scratch, virtio, 256 MiB
@@ -57,39 +53,6 @@ GROUP, DISK = "FQGUARD", "FQGUARD_0000"
 # No udev in the guests: LVM must create its /dev nodes itself or lvcreate fails ("not found: device not cleared").
 LVM_NO_UDEV = "activation { udev_rules = 0 udev_sync = 0 }"
 DEFAULT_KEY = "destructive_ok: true on the device /dev/vda of host vstor"
-
-
-def _lab_data() -> dict[str, Any]:
-    data = yaml.safe_load((ROOT / "labs" / "vlab.yaml").read_text())
-    for name, port in PORTS.items():
-        data["hosts"][name]["port"] = port
-    return data
-
-
-def _lab(mutate: Callable[[dict[str, Any]], None] | None = None) -> LabModel:
-    data = _lab_data()
-    if mutate is not None:
-        mutate(data)
-    return LabModel.model_validate(data)
-
-
-@pytest.fixture(scope="module")
-def vlab() -> Iterator[tuple[LabModel, dict[str, Host], dict[str, str]]]:
-    """(lab, hosts, ssh files) of a running three-guest lab."""
-    from pytest_fabricqa.session import make_hosts
-    from pytest_fabricqa.vlab_lab import ensure_running
-
-    lab = _lab()
-    virtual, booted = ensure_running(lab, STATE, os.getpid())
-    hosts = make_hosts(lab, key=virtual.ssh_key, known_hosts=virtual.known_hosts)
-    try:
-        cleanup_stale(lab, hosts)
-        yield lab, hosts, {"key": str(virtual.ssh_key), "known_hosts": str(virtual.known_hosts)}
-    finally:
-        for host in hosts.values():
-            host.close()
-        if booted:
-            virtual.stop()
 
 
 def _sh(host: Host, script: str, *args: str, timeout: float = 300) -> str:
