@@ -31,7 +31,8 @@ def test_inert_without_lab(pytester: pytest.Pytester) -> None:
             assert 1 + 1 == 2
         """
     )
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    # A fresh process: in-process runs see pytest_fabricqa already imported (an assert-rewrite warning names it).
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
     lines = [line for line in result.outlines if not line.startswith("plugins:")]
     assert not [line for line in lines if "fabricqa" in line]
