@@ -16,6 +16,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, IPvAnyAddress, ValidationError, field_validator, model_validator
 
 from pytest_fabricqa.oracle.settings import OracleSettings
+from pytest_fabricqa.thresholds import Thresholds
+from pytest_fabricqa.workloads import load_matrix
 
 PROTOCOLS: tuple[str, ...] = ("nvme-tcp", "nvme-rdma", "iscsi", "iser")
 TARGET_KINDS: tuple[str, ...] = ("nvmet", "lio", "spdk", "scst", "tgt", "external")
@@ -195,16 +197,6 @@ class TargetModel(_Model):
         return self
 
 
-class ThresholdModel(_Model):
-    """Pass/fail limits for one protocol and workload."""
-
-    min_iops: float | None = None
-    min_mbps: float | None = None
-    max_lat_mean_us: float | None = None
-    max_p99_us: float | None = None
-    max_p999_us: float | None = None
-
-
 class VlabDrive(_Model):
     """An emulated drive in a virtual-lab guest: ``nvme`` (-device nvme, /dev/nvmeXn1) or ``virtio`` (/dev/vdX)."""
 
@@ -230,8 +222,9 @@ class LabModel(_Model):
     network: NetworkModel
     targets: tuple[TargetModel, ...]
     protocols: tuple[Protocol, ...]
-    thresholds: dict[str, dict[str, ThresholdModel]] = {}
+    thresholds: dict[str, dict[str, Thresholds]] = {}
     workloads: dict[str, Any] = {}
+    """Overrides of the workload matrix, validated here by :func:`pytest_fabricqa.workloads.load_matrix`."""
     tolerances: dict[str, float] = {}
     database: OracleSettings | None = None
     vlab: dict[str, VlabGuest] | None = None
@@ -245,6 +238,12 @@ class LabModel(_Model):
             if not NAME_RE.match(name):
                 raise ValueError(f"host name {name!r} may hold only letters, digits, '.', '_' and '-'")
         return hosts
+
+    @field_validator("workloads")
+    @classmethod
+    def _workload_overrides(cls, workloads: dict[str, Any]) -> dict[str, Any]:
+        load_matrix(workloads or None)  # a MatrixError is a ValueError: pydantic reports it under 'workloads'
+        return workloads
 
     @model_validator(mode="after")
     def _consistent(self) -> LabModel:

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_fabricqa.metrics import DEFAULT_TOLERANCES, METRICS
 from pytest_fabricqa.report.baseline import (
-    DEFAULT_TOLERANCES,
     BaselineWarning,
     ToleranceError,
     compare_case,
@@ -37,7 +37,6 @@ from pytest_fabricqa.report.baseline import (
 )
 from pytest_fabricqa.report.gather import Gatherer, baseline_use, flat_properties, merge_environment, phase_verdict
 from pytest_fabricqa.report.model import (
-    METRICS,
     Case,
     Environment,
     RegressionInfo,

@@ -28,9 +28,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
 from fnmatch import fnmatchcase
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from pytest_fabricqa.metrics import THRESHOLD_KEYS
 
 _WILDCARDS = re.compile(r"[*?\[\]]")
 
@@ -39,9 +42,16 @@ class ThresholdError(ValueError):
     """A threshold table is invalid; the message names the key (``thresholds.nvme-tcp.*.min_iops``)."""
 
 
-@dataclass(frozen=True)
-class Thresholds:
-    """The limits of one case; None means "no limit". Latency limits are in µs, throughput in MB/s."""
+class Thresholds(BaseModel):
+    """The limits of one case; None means "no limit". Latency limits are in µs, throughput in MB/s.
+
+    The one schema for limits: the lab file's ``thresholds`` entries are validated by it at load time, and a
+    case's merged limits are one of it. Its fields are the vocabulary's threshold keys
+    (:data:`pytest_fabricqa.metrics.THRESHOLD_KEYS`; a test keeps the two equal). In a lab file an explicit
+    ``null`` lifts a limit an entry of lower precedence set; :meth:`given` keeps it apart from a key left out.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     min_iops: float | None = None
     min_mbps: float | None = None
@@ -49,40 +59,44 @@ class Thresholds:
     max_p99_us: float | None = None
     max_p999_us: float | None = None
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _positive_number(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ValueError(f"expected a number, not {value!r}")
+        if value <= 0:
+            raise ValueError(f"a limit must be above zero, not {value!r}")
+        return float(value)
+
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any], *, where: str = "thresholds") -> Thresholds:
         """Validate a mapping such as ``{min_iops: 3000, max_p99_us: 500}`` (unknown keys are errors)."""
         if not isinstance(mapping, Mapping):
             raise ThresholdError(f"{where}: expected a mapping of limits such as {{min_iops: 3000}}")
-        names = [f.name for f in fields(cls)]
-        values: dict[str, float | None] = {}
-        for key, value in mapping.items():
-            if key not in names:
-                raise ThresholdError(f"{where}.{key}: unknown limit; the limits are {', '.join(names)}")
-            if value is None:
-                values[key] = None
-                continue
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise ThresholdError(f"{where}.{key}: expected a number, not {value!r}")
-            if value <= 0:
-                raise ThresholdError(f"{where}.{key}: a limit must be above zero, not {value!r}")
-            values[key] = float(value)
-        return cls(**values)
+        try:
+            return cls.model_validate(dict(mapping))
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            key = ".".join(str(part) for part in first["loc"])
+            if first["type"] == "extra_forbidden":
+                names = ", ".join(cls.model_fields)
+                raise ThresholdError(f"{where}.{key}: unknown limit; the limits are {names}") from None
+            raise ThresholdError(f"{where}.{key}: {first['msg'].removeprefix('Value error, ')}") from None
+
+    def given(self) -> dict[str, float | None]:
+        """The limits the entry spelled out, ``None`` for an explicit ``null`` (which lifts an inherited one)."""
+        return {key: getattr(self, key) for key in self.model_fields_set}
+
+    def limits(self) -> dict[str, float]:
+        """The limits that apply, by threshold key (what a case records)."""
+        return {key: value for key in type(self).model_fields if (value := getattr(self, key)) is not None}
 
     @property
     def empty(self) -> bool:
         """True when no limit is set."""
-        return all(getattr(self, f.name) is None for f in fields(self))
-
-
-# limit field -> (figure name, "min"/"max", what the figure is called in a sentence, unit, decimals)
-_LIMITS: dict[str, tuple[str, str, str, str, int]] = {
-    "min_iops": ("iops", "min", "", "IOPS", 0),
-    "min_mbps": ("mbps", "min", "", "MB/s", 1),
-    "max_lat_mean_us": ("lat_mean_us", "max", "mean latency ", "µs", 1),
-    "max_p99_us": ("lat_p99_us", "max", "p99 latency ", "µs", 1),
-    "max_p999_us": ("lat_p999_us", "max", "p99.9 latency ", "µs", 1),
-}
+        return not self.limits()
 
 
 def _number(value: float, decimals: int) -> str:
@@ -97,10 +111,11 @@ def violations(figures: Mapping[str, float], thresholds: Thresholds, *, label: s
     (not measured) is a violation too: a case cannot pass a check nobody could make."""
     prefix = f"{label}: " if label else ""
     found: list[str] = []
-    for field_name, (figure, kind, what, unit, decimals) in _LIMITS.items():
-        limit = getattr(thresholds, field_name)
+    for key, metric in THRESHOLD_KEYS.items():
+        limit = getattr(thresholds, key)
         if limit is None:
             continue
+        figure, kind, what, unit, decimals = metric.name, metric.bound, metric.phrase, metric.unit, metric.decimals
         bound = "minimum" if kind == "min" else "maximum"
         value = figures.get(figure)
         if value is None or math.isnan(value):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import KW_ONLY, dataclass, replace
 from typing import Any
 
 READ_ONLY_RW = frozenset({"read", "randread"})
@@ -52,20 +52,26 @@ class MatrixError(ValueError):
 
 @dataclass(frozen=True)
 class Workload:
-    """One fio workload: what to run on every device of a case.
+    """One fio workload: what to run on every device of a case, and what a results file says was run.
+
+    The only workload class: the matrix builds it, the fio command builder runs it, the results model records
+    it (:meth:`to_dict` / :meth:`from_dict`). After ``name``, ``rw`` and ``bs`` every field is a keyword, so no
+    caller can mix up runtime and size by position.
 
     ``writes`` must be True exactly when ``rw`` writes: a workload that overwrites the device says so
     explicitly (seed 000's raw-device write tests destroyed an ASM disk group). Read workloads run with
     fio's ``--readonly`` guard. ``extra`` holds further fio options as (name, value) pairs; an empty value
-    is a flag option such as ``norandommap``.
+    is a flag option such as ``norandommap``. ``iodepth`` and ``runtime`` are None only in results transcribed
+    from a report that does not state them (seed 001); such a workload can be reported, not run.
     """
 
     name: str
     rw: str
     bs: str
+    _: KW_ONLY
     numjobs: int = 1
-    iodepth: int = 1
-    runtime: int = DEFAULT_RUNTIME
+    iodepth: int | None = 1
+    runtime: int | None = DEFAULT_RUNTIME
     ramp_time: int = DEFAULT_RAMP_TIME
     size: str | None = None
     offset: str | None = None
@@ -91,6 +97,8 @@ class Workload:
             ("runtime", self.runtime, 1),
             ("ramp_time", self.ramp_time, 0),
         ):
+            if value is None and key in ("iodepth", "runtime"):
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise MatrixError(f"{where}: {key} must be a whole number >= {least}, not {value!r}")
         for key, text in (("bs", self.bs), ("size", self.size), ("offset", self.offset)):
@@ -100,8 +108,15 @@ class Workload:
             _check_extra_option(where, option, option_value)
 
     @property
+    def outstanding(self) -> int | None:
+        """I/Os in flight at once across all jobs (numjobs x iodepth), the x-axis of the sweep charts."""
+        return None if self.iodepth is None else self.numjobs * self.iodepth
+
+    @property
     def options(self) -> dict[str, str]:
         """The workload's fio options (without device, engine and output options), in fio's spelling."""
+        if self.runtime is None or self.iodepth is None:
+            raise MatrixError(f"workload {self.name!r}: a transcribed result without runtime or iodepth cannot run")
         options = {
             "rw": self.rw,
             "bs": self.bs,
@@ -120,6 +135,67 @@ class Workload:
     def with_runtime(self, runtime: int, ramp_time: int | None = None) -> Workload:
         """The same workload for a different duration."""
         return replace(self, runtime=runtime, ramp_time=self.ramp_time if ramp_time is None else ramp_time)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form under a case's ``workload`` in results.json (``runtime_s``: the key since schema 1).
+
+        ``writes`` is not written (``rw`` says it); ``ramp_time_s``, ``offset`` and ``options`` only when they
+        differ from fio's ramp default, no offset and no options, so files of schema 1 read and rewrite
+        byte for byte."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "rw": self.rw,
+            "bs": self.bs,
+            "numjobs": self.numjobs,
+            "iodepth": self.iodepth,
+            "runtime_s": self.runtime,
+            "size": self.size,
+        }
+        if self.ramp_time != DEFAULT_RAMP_TIME:
+            out["ramp_time_s"] = self.ramp_time
+        if self.offset is not None:
+            out["offset"] = self.offset
+        if self.extra:
+            out["options"] = dict(self.extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "workload") -> Workload:
+        """Read :meth:`to_dict`'s form (a missing ``ramp_time_s``, ``offset`` or ``options`` is the default;
+        ``writes`` follows ``rw``). ``ValueError`` names the first bad key."""
+        for key in ("name", "rw", "bs"):
+            if not isinstance(data.get(key), str):
+                raise ValueError(f"{where}.{key}: expected a string, found {data.get(key)!r}")
+        for key in ("numjobs", "iodepth", "runtime_s", "ramp_time_s"):
+            value = data.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError(f"{where}.{key}: expected an integer, found {value!r}")
+        if data.get("numjobs") is None:
+            raise ValueError(f"{where}: missing key 'numjobs'")
+        for key in ("size", "offset"):
+            if data.get(key) is not None and not isinstance(data.get(key), str):
+                raise ValueError(f"{where}.{key}: expected a string, found {data.get(key)!r}")
+        options = data.get("options") or {}
+        if not isinstance(options, Mapping) or not all(isinstance(v, str) for v in options.values()):
+            raise ValueError(f"{where}.options: expected an object of fio option to string, found {options!r}")
+        writes = str(data["rw"]) in WRITING_RW
+        ramp = data.get("ramp_time_s")
+        try:
+            return cls(
+                name=data["name"],
+                rw=data["rw"],
+                bs=data["bs"],
+                numjobs=data["numjobs"],
+                iodepth=data.get("iodepth"),
+                runtime=data.get("runtime_s"),
+                ramp_time=DEFAULT_RAMP_TIME if ramp is None else ramp,
+                size=data.get("size"),
+                offset=data.get("offset"),
+                writes=writes,
+                extra=tuple((str(k), v) for k, v in options.items()),
+            )
+        except MatrixError as exc:
+            raise ValueError(f"{where}: {exc}") from None
 
 
 def _check_extra_option(where: str, option: str, value: str) -> None:

@@ -9,7 +9,7 @@ run and the link utilisation, and fails with every threshold it breaks. Writes g
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -85,9 +85,7 @@ def _case(request: pytest.FixtureRequest, protocol: str, workload: Workload, **f
         suite="performance",
         verdict="passed",
         protocol=protocol,
-        workload=rm.Workload(
-            workload.name, workload.rw, workload.bs, workload.numjobs, workload.iodepth, workload.runtime, workload.size
-        ),
+        workload=workload,
         **fields,
     )
 
@@ -135,7 +133,7 @@ def test_fio(
         workload,
         figures=total,
         hosts={h.host: figures(h) for h in result.hosts},
-        thresholds={k: v for k, v in asdict(limits).items() if v is not None},
+        thresholds=limits.limits(),
         violations=tuple(problems),
         extras={"environment": {**lab_environment, "fio_version": result.fio_version}},
     )

@@ -170,6 +170,8 @@ def client_argv(
 
 def fio_timeout(workload: Workload) -> float:
     """How long to wait for fio before calling it hung: runtime + ramp_time + a margin for setup."""
+    if workload.runtime is None:
+        raise ValueError(f"workload {workload.name!r} has no runtime, so it cannot run")
     return float(workload.runtime + workload.ramp_time) + TIMEOUT_MARGIN
 
 

@@ -16,9 +16,9 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
-from pytest_fabricqa.report.formatting import HIGHER_IS_BETTER, format_figure
+from pytest_fabricqa.metrics import DEFAULT_TOLERANCES, HIGHER_IS_BETTER, METRICS
+from pytest_fabricqa.report.formatting import format_figure
 from pytest_fabricqa.report.model import (
-    METRICS,
     Case,
     Environment,
     RegressionInfo,
@@ -28,9 +28,6 @@ from pytest_fabricqa.report.model import (
     load_json,
     write_temp,
 )
-
-#: Percent a figure may move in its bad direction before the case fails.
-DEFAULT_TOLERANCES: dict[str, float] = {"iops": 10.0, "mbps": 10.0, "lat_p99_us": 20.0, "lat_mean_us": 20.0}
 
 _NUMBERED = re.compile(r"^(\d{4,})_")
 

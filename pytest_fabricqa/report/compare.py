@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_fabricqa.metrics import METRICS
 from pytest_fabricqa.report.formatting import (
     format_figure,
     format_trend,
@@ -21,14 +22,13 @@ from pytest_fabricqa.report.formatting import (
     trend_pct,
 )
 from pytest_fabricqa.report.model import (
-    METRICS,
     Case,
     Figures,
     ResultsFileError,
     Run,
-    Workload,
     load_json,
 )
+from pytest_fabricqa.workloads import Workload
 
 DEFAULT_METRICS: tuple[str, ...] = ("iops", "mbps")
 

@@ -5,26 +5,8 @@ from __future__ import annotations
 import re
 from decimal import ROUND_HALF_UP, Decimal
 
-from pytest_fabricqa.report.model import Workload
-
-#: Metrics where a larger value is better; every other metric (latency, CPU) is better smaller.
-HIGHER_IS_BETTER: frozenset[str] = frozenset({"iops", "mbps", "fabric_efficiency", "link_utilisation"})
-
-METRIC_LABELS: dict[str, str] = {
-    "iops": "IOPS",
-    "mbps": "MB/s",
-    "lat_mean_us": "mean latency (µs)",
-    "lat_p50_us": "p50 latency (µs)",
-    "lat_p99_us": "p99 latency (µs)",
-    "lat_p999_us": "p99.9 latency (µs)",
-    "lat_p9999_us": "p99.99 latency (µs)",
-    "cpu_usr_pct": "initiator CPU usr (%)",
-    "cpu_sys_pct": "initiator CPU sys (%)",
-    "target_cpu_usr_pct": "target CPU usr (%)",
-    "target_cpu_sys_pct": "target CPU sys (%)",
-    "fabric_efficiency": "fabric / local IOPS",
-    "link_utilisation": "link utilisation",
-}
+from pytest_fabricqa.metrics import BY_NAME
+from pytest_fabricqa.workloads import Workload
 
 RW_LABELS: dict[str, str] = {
     "read": "sequential read",
@@ -42,17 +24,18 @@ _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b?)\s*$", re.IGNORECA
 
 def format_figure(metric: str, value: float) -> str:
     """A figure as a storage engineer writes it: ``5,543`` IOPS, ``45.4`` MB/s, ``1,234`` µs, ``0.93``."""
-    if metric == "iops":
+    unit = BY_NAME[metric].unit if metric in BY_NAME else ""
+    if unit == "IOPS":
         return f"{value:,.0f}"
-    if metric in ("fabric_efficiency", "link_utilisation"):
+    if metric in BY_NAME and unit == "":  # a ratio
         return f"{value:.2f}"
-    if metric.endswith("_pct"):
+    if unit == "%":
         return f"{value:.1f}"
     # MB/s and latency: whole numbers once they are large, a decimal or two while small.
     magnitude = abs(value)
     if magnitude >= 1000:
         return f"{value:,.0f}"
-    if magnitude >= 10 or metric == "mbps":
+    if magnitude >= 10 or unit == "MB/s":
         return f"{value:,.1f}"
     return f"{value:.2f}"
 

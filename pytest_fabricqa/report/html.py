@@ -448,7 +448,8 @@ def case_extra_html(case: Case, *, chart_id: str = "case") -> str:
     fragment for pytest-html's per-test extras. Inline styles: pytest-html's stylesheet is not ours."""
     from html import escape
 
-    from pytest_fabricqa.report.formatting import METRIC_LABELS, format_trend, trend_pct
+    from pytest_fabricqa.metrics import METRIC_LABELS
+    from pytest_fabricqa.report.formatting import format_trend, trend_pct
 
     before = case.regression.baseline_figures if case.regression is not None else {}
     cell = 'style="padding:2px 10px;text-align:right"'

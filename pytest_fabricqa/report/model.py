@@ -18,28 +18,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
-SCHEMA = "fabricqa-results/1"
+from pytest_fabricqa.metrics import METRICS
+from pytest_fabricqa.workloads import Workload
 
-#: Metrics every performance case carries (when fio reported them).
-CORE_METRICS: tuple[str, ...] = (
-    "iops",
-    "mbps",
-    "lat_mean_us",
-    "lat_p50_us",
-    "lat_p99_us",
-    "lat_p999_us",
-    "lat_p9999_us",
-    "cpu_usr_pct",
-    "cpu_sys_pct",
-)
-#: Metrics only some runs can measure (target CPU needs a target host, efficiency needs a local run).
-OPTIONAL_METRICS: tuple[str, ...] = (
-    "target_cpu_usr_pct",
-    "target_cpu_sys_pct",
-    "fabric_efficiency",
-    "link_utilisation",
-)
-METRICS: tuple[str, ...] = CORE_METRICS + OPTIONAL_METRICS
+SCHEMA = "fabricqa-results/1"
 
 Verdict = Literal["passed", "failed", "skipped", "error"]
 SuiteKind = Literal["prerequisite", "connectivity", "performance", "oracle"]
@@ -66,26 +48,6 @@ def check_figures(figures: Mapping[str, float], where: str = "figures") -> None:
             raise ValueError(f"{where}: unknown metric {name!r}; known metrics are {', '.join(METRICS)}")
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             raise ValueError(f"{where}.{name}: {value!r} is not a finite number")
-
-
-@dataclass(frozen=True)
-class Workload:
-    """One fio job definition: what a performance case asked the device to do."""
-
-    name: str
-    rw: str
-    bs: str
-    numjobs: int
-    iodepth: int | None = None
-    """``None`` only for transcribed results that do not say which queue depth was used."""
-    runtime_s: int | None = None
-    size: str | None = None
-    """The file or region size when it is part of the workload (seed 001 ran 512 MB and 2 GB files)."""
-
-    @property
-    def outstanding(self) -> int | None:
-        """I/Os in flight at once across all jobs (numjobs x iodepth), the x-axis of the sweep charts."""
-        return None if self.iodepth is None else self.numjobs * self.iodepth
 
 
 @dataclass(frozen=True)
@@ -257,17 +219,7 @@ def case_to_dict(case: Case) -> dict[str, Any]:
         "suite": case.suite,
         "protocol": case.protocol,
         "verdict": case.verdict,
-        "workload": None
-        if w is None
-        else {
-            "name": w.name,
-            "rw": w.rw,
-            "bs": w.bs,
-            "numjobs": w.numjobs,
-            "iodepth": w.iodepth,
-            "runtime_s": w.runtime_s,
-            "size": w.size,
-        },
+        "workload": None if w is None else w.to_dict(),
         "figures": dict(case.figures),
         "hosts": {h: dict(f) for h, f in case.hosts.items()},
         "thresholds": dict(case.thresholds),
@@ -426,15 +378,7 @@ def _case_from_reader(c: _Reader) -> Case:
     workload = None
     w = c.obj("workload")
     if w is not None:
-        workload = Workload(
-            name=w.text("name"),
-            rw=w.text("rw"),
-            bs=w.text("bs"),
-            numjobs=w.integer("numjobs"),
-            iodepth=w.opt_integer("iodepth"),
-            runtime_s=w.opt_integer("runtime_s"),
-            size=w.opt_text("size"),
-        )
+        workload = Workload.from_dict(w.data, w.where)
     regression = None
     r = c.obj("regression")
     if r is not None:

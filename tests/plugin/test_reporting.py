@@ -74,15 +74,18 @@ import pytest
 import pytest_fabricqa.report.html  # noqa: F401
 from pytest_fabricqa.fio.figures import figures
 from pytest_fabricqa.fio.parse import parse_client_server, parse_fio_output
-from pytest_fabricqa.report.model import Case, Workload
+from pytest_fabricqa.report.model import Case
+from pytest_fabricqa.workloads import Workload
 
 FIO = Path({str(FIO_DATA)!r})
 SETTINGS = json.loads((Path(__file__).parent / "settings.json").read_text())
 WORKLOADS = {{
-    "randread-8k-grouped": Workload("randread-8k-j2-qd16", "randread", "8k", 2, 16, 3),
-    "randrw-4k-jsonplus": Workload("randrw-4k-j1-qd32", "randrw", "4k", 1, 32, 3),
-    "write-1m": Workload("write-1m-j1-qd4", "write", "1m", 1, 4, 3),
-    "clientserver-randread-8k": Workload("randread-8k-j2-qd16-2hosts", "randread", "8k", 2, 16, 3),
+    "randread-8k-grouped": Workload("randread-8k-j2-qd16", "randread", "8k", numjobs=2, iodepth=16, runtime=3),
+    "randrw-4k-jsonplus": Workload("randrw-4k-j1-qd32", "randrw", "4k", numjobs=1, iodepth=32, runtime=3, writes=True),
+    "write-1m": Workload("write-1m-j1-qd4", "write", "1m", numjobs=1, iodepth=4, runtime=3, writes=True),
+    "clientserver-randread-8k": Workload(
+        "randread-8k-j2-qd16-2hosts", "randread", "8k", numjobs=2, iodepth=16, runtime=3
+    ),
 }}
 
 

@@ -22,7 +22,8 @@ from pytest_fabricqa.report.baseline import (
     regressions,
     save_baseline,
 )
-from pytest_fabricqa.report.model import Case, Environment, ResultsFileError, Run, Workload, load_json
+from pytest_fabricqa.report.model import Case, Environment, ResultsFileError, Run, load_json
+from pytest_fabricqa.workloads import Workload
 
 T0 = datetime(2024, 5, 1, 8, 0, tzinfo=UTC)
 
@@ -37,7 +38,7 @@ def run(
             suite="performance",
             verdict="passed",
             protocol=p,
-            workload=Workload("randread-8k-qd32-j4", "randread", "8k", 4, 32, 60),
+            workload=Workload("randread-8k-qd32-j4", "randread", "8k", numjobs=4, iodepth=32, runtime=60),
             figures={"iops": iops, "lat_p99_us": 1000.0},
         )
         for p in protocols
@@ -89,7 +90,7 @@ def test_compare_case_matches_by_case_id_then_by_workload() -> None:
     assert info is not None
     assert info.baseline_case_id == "nvme-rdma-randread-8k-qd32-j4"
     assert info.messages == ("iops 2,000 is 33.3% below the baseline's 3,000 (tolerance 10%)",)
-    other = replace(now, workload=Workload("x", "randread", "8k", 4, 64))
+    other = replace(now, workload=Workload("x", "randread", "8k", numjobs=4, iodepth=64))
     assert baseline_case(base, other) is None
     assert compare_case(other, base, DEFAULT_TOLERANCES) is None
 

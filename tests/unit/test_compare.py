@@ -10,7 +10,8 @@ import pytest
 
 from pytest_fabricqa.report.compare import compare_runs, main, render_html, render_markdown, render_text
 from pytest_fabricqa.report.formatting import format_trend, trend_pct
-from pytest_fabricqa.report.model import Case, Run, Workload, load_json, write_json
+from pytest_fabricqa.report.model import Case, Run, load_json, write_json
+from pytest_fabricqa.workloads import Workload
 
 DATA = Path(__file__).parent.parent / "data" / "report"
 ISCSI = DATA / "seed001_iscsi.json"
@@ -110,7 +111,7 @@ def _run(protocol: str, figures: dict[tuple[str, int], float], lab: str = "lab")
             suite="performance",
             verdict="passed",
             protocol=protocol,
-            workload=Workload(f"{protocol}-{rw}-j{jobs}", rw, "8k", jobs, 32),
+            workload=Workload(f"{protocol}-{rw}-j{jobs}", rw, "8k", numjobs=jobs, iodepth=32, writes="write" in rw),
             figures={"iops": iops, "mbps": iops * 8192 / 1e6},
         )
         for (rw, jobs), iops in figures.items()

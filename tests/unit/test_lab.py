@@ -108,6 +108,21 @@ BAD = [
         r"lab\.yaml(:1)?: protocol 'iser' is declared but no target serves it",
     ),
     (
+        "unknown-limit",
+        GOOD + "thresholds:\n  '*':\n    '*': {min_iop: 5}\n",
+        r"lab\.yaml:\d+: thresholds\.\*\.\*\.min_iop: unknown key",
+    ),
+    (
+        "limit-not-a-number",
+        GOOD + "thresholds:\n  iscsi:\n    '*': {max_p99_us: 1ms}\n",
+        r"lab\.yaml:\d+: thresholds\.iscsi\.\*\.max_p99_us: expected a number, not '1ms'",
+    ),
+    (
+        "bad-workload-override",
+        GOOD + "workloads: {sets: [alflash-4k]}\n",
+        r"lab\.yaml:\d+: workloads: sets\[0\]: unknown set 'alflash-4k'",
+    ),
+    (
         "bad-address",
         GOOD.replace("address: 10.10.10.19", "address: 10.10.10.300"),
         r"lab\.yaml:\d+: hosts\.stor\.storage\.address: ",

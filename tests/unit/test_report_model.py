@@ -18,12 +18,12 @@ from pytest_fabricqa.report.model import (
     RegressionInfo,
     ResultsFileError,
     Run,
-    Workload,
     load_json,
     overall_verdict,
     run_to_dict,
     write_json,
 )
+from pytest_fabricqa.workloads import Workload
 
 DATA = Path(__file__).parent.parent / "data" / "report"
 
@@ -36,7 +36,7 @@ def small_run() -> Run:
         suite="performance",
         verdict="failed",
         protocol="nvme-rdma",
-        workload=Workload("randread-8k-qd128-j4", "randread", "8k", 4, 128, 60),
+        workload=Workload("randread-8k-qd128-j4", "randread", "8k", numjobs=4, iodepth=128, runtime=60),
         hosts={"el72h1": {"iops": 100.0, "lat_p99_us": 900.5}, "el72h2": {"iops": 110.0}},
         figures={"iops": 210.0, "lat_p99_us": 900.5, "fabric_efficiency": 0.97},
         thresholds={"min_iops": 300.0},

@@ -154,3 +154,23 @@ def test_override_mistakes_name_the_key() -> None:
 def test_per_workload_override_of_a_disabled_set_is_accepted_silently() -> None:
     matrix = load_matrix({"sets": ["oracle-8k"], "workloads": {"read-1m-qd4-j1": {"runtime": 5}}})
     assert "read-1m-qd4-j1" not in by_name(matrix)
+
+
+def test_one_workload_class_round_trips_through_the_results_form() -> None:
+    from pytest_fabricqa.report.model import Case, case_from_dict, case_to_dict
+
+    extra = load_matrix(
+        {"sets": ["oracle-8k"], "extra": [{"name": "randrw-8k-qd4-j1", "rw": "randrw", "bs": "8k", "iodepth": 4,
+                                            "writes": True, "ramp_time": 2, "options": {"rwmixread": 70}}]}
+    )[-1]  # fmt: skip
+    case = Case(nodeid="n", case_id="c", suite="performance", verdict="passed", workload=extra)
+    again = case_from_dict(case_to_dict(case)).workload
+    assert again == extra and again.writes and again.outstanding == 4
+    # Schema-1 files (seed 001 transcriptions) state neither runtime nor queue depth: they load, but cannot run.
+    old = Workload.from_dict({"name": "read-8k-2g-j6", "rw": "read", "bs": "8k", "numjobs": 6, "iodepth": None,
+                              "runtime_s": None, "size": "2g"})  # fmt: skip
+    assert old.iodepth is None and old.outstanding is None and not old.writes
+    with pytest.raises(MatrixError, match="cannot run"):
+        _ = old.options
+    with pytest.raises(TypeError):
+        Workload("x", "read", "8k", 4, 32)  # type: ignore[misc]  # after bs every field is a keyword

@@ -22,9 +22,9 @@ from pytest_fabricqa.report.model import (
     Environment,
     RegressionInfo,
     Run,
-    Workload,
     write_json,
 )
+from pytest_fabricqa.workloads import WRITING_RW, Workload
 
 HERE = Path(__file__).parent
 HOSTS = ("el72h1", "el72h2")
@@ -141,7 +141,9 @@ def performance_cases(protocol: str, *, baseline: bool) -> list[Case]:
                 suite="performance",
                 verdict="failed" if violations else "passed",
                 protocol=protocol,
-                workload=Workload(name=name, rw=rw, bs=bs, numjobs=numjobs, iodepth=iodepth, runtime_s=60),
+                workload=Workload(
+                    name=name, rw=rw, bs=bs, numjobs=numjobs, iodepth=iodepth, runtime=60, writes=rw in WRITING_RW
+                ),
                 hosts=per_host,
                 figures=figures,
                 thresholds=thresholds,

@@ -11,7 +11,8 @@ import csv
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pytest_fabricqa.report.model import Case, Environment, Run, Workload, write_json
+from pytest_fabricqa.report.model import Case, Environment, Run, write_json
+from pytest_fabricqa.workloads import WRITING_RW, Workload
 
 HERE = Path(__file__).parent
 SOURCE = "transcribed from seed 001 (/work/shared/seeds/001_dc05af81bd8e62a1.txt), not measured by fabricqa"
@@ -34,7 +35,16 @@ def build(protocol: str, prefix: str) -> Run:
                 verdict="passed",
                 protocol=protocol,
                 # The seed gives block size, file size and job count, not queue depth or runtime.
-                workload=Workload(name=name, rw=r["rw"], bs="8k", numjobs=int(r["numjobs"]), size=r["size"]),
+                workload=Workload(
+                    name=name,
+                    rw=r["rw"],
+                    bs="8k",
+                    numjobs=int(r["numjobs"]),
+                    iodepth=None,
+                    runtime=None,
+                    size=r["size"],
+                    writes=r["rw"] in WRITING_RW,
+                ),
                 figures={"iops": float(r[f"{prefix}_iops"]), "mbps": float(r[f"{prefix}_mbps"])},
             )
         )
