@@ -16,8 +16,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, IPvAnyAddress, ValidationError, field_validator, model_validator
 
 from pytest_fabricqa.oracle.settings import OracleSettings
-from pytest_fabricqa.thresholds import Thresholds
-from pytest_fabricqa.workloads import load_matrix
+from pytest_fabricqa.thresholds import Thresholds, unmatched
+from pytest_fabricqa.workloads import load_matrix, selected_names
 
 PROTOCOLS: tuple[str, ...] = ("nvme-tcp", "nvme-rdma", "iscsi", "iser")
 TARGET_KINDS: tuple[str, ...] = ("nvmet", "lio", "spdk", "scst", "tgt", "external")
@@ -262,12 +262,25 @@ class LabModel(_Model):
                     raise ValueError(f"vlab guest {name!r} is not under 'hosts'")
         return self
 
-    def thresholds_table(self) -> dict[str, dict[str, dict[str, float]]]:
-        """The thresholds as plain mappings (protocol or "*" -> workload pattern -> limits set)."""
+    def thresholds_table(self) -> dict[str, dict[str, dict[str, float | None]]]:
+        """The thresholds as plain mappings (protocol or "*" -> workload pattern -> limits the entry gives);
+        an explicit ``null`` stays, so it lifts the limit a less specific entry sets."""
         return {
-            protocol: {pattern: limits.model_dump(exclude_none=True) for pattern, limits in table.items()}
+            protocol: {pattern: limits.given() for pattern, limits in table.items()}
             for protocol, table in self.thresholds.items()
         }
+
+    def unmatched_thresholds(self) -> list[tuple[tuple[str, ...], str]]:
+        """Each threshold entry whose workload pattern matches no workload of the selected sets: its key path
+        and why (with the names it could mean)."""
+        names = selected_names(self.workloads or None)
+        found: list[tuple[tuple[str, ...], str]] = []
+        for protocol, table in self.thresholds.items():
+            for pattern in table:
+                problem = unmatched(pattern, names)
+                if problem is not None:
+                    found.append((("thresholds", protocol, pattern), problem))
+        return found
 
     # -- queries used by fixtures ----------------------------------------------------------------------
     def hosts_with(self, role: str) -> list[str]:
@@ -338,9 +351,17 @@ def load_lab(path: Path) -> LabModel:
             f"not a {type(data).__name__}"
         )
     try:
-        return LabModel.model_validate(data)
+        lab = LabModel.model_validate(data)
     except ValidationError as exc:
         raise LabError(_one_line(path, exc, _key_lines(node))) from None
+    unmatched_entries = lab.unmatched_thresholds()
+    if unmatched_entries:
+        loc, problem = unmatched_entries[0]
+        line = _key_lines(node).get(loc)
+        more = len(unmatched_entries) - 1
+        also = f" (and {more} more such pattern{'s' if more > 1 else ''})" if more else ""
+        raise LabError(f"{path}{f':{line}' if line else ''}: {'.'.join(loc)}: {problem}{also}")
+    return lab
 
 
 def _key_lines(node: yaml.Node | None) -> dict[tuple[str, ...], int]:

@@ -21,13 +21,17 @@ that matches contributes, limit by limit; where two set the same limit, the more
 
 So in the example, nvme-rdma randread-8k-qd128-j4 gets min_iops 100000 and max_lat_mean_us 1000 (from its
 protocol), max_p999_us 20000 (from ``"*"``/``"*"``) and no p99 limit (lifted by its own ``null``).
+
+A workload key that matches no workload of the selected sets (:func:`unmatched`) stops the lab from loading:
+a typo would otherwise gate nothing and say nothing.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -151,6 +155,19 @@ def validate_table(table: Mapping[str, Any], *, where: str = "thresholds") -> No
     for protocol, workloads in _levels(table, where):
         for workload, limits in _levels(workloads, f"{where}.{protocol}"):
             Thresholds.from_mapping(limits, where=f"{where}.{protocol}.{workload}")
+
+
+def unmatched(pattern: str, names: Sequence[str]) -> str | None:
+    """None when the workload key ``pattern`` matches one of ``names``; otherwise why it gates nothing and the
+    names it could mean (a limit that silently applies to no case is a qualification nobody made)."""
+    if pattern == "*" or any(fnmatchcase(name, pattern) for name in names):
+        return None
+    close = difflib.get_close_matches(pattern.replace("*", ""), names, n=3, cutoff=0.5)
+    if close:
+        hint = f"did you mean {', '.join(close)}?"
+    else:
+        hint = f"workload names look like {names[0]}" if names else "no workload is selected"
+    return f"matches no workload of the selected sets; {hint}"
 
 
 def _levels(mapping: Any, where: str) -> list[tuple[str, Any]]:

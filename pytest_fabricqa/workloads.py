@@ -301,32 +301,7 @@ def load_matrix(overrides: Mapping[str, Any] | None = None, *, runtime_override:
     Invalid overrides raise :class:`MatrixError` naming the key, e.g. ``sets[1]: unknown set ...``.
     """
     overrides = dict(overrides or {})
-    unknown = sorted(set(overrides) - set(_OVERRIDE_KEYS))
-    if unknown:
-        raise MatrixError(f"{unknown[0]}: unknown key; the known keys are {', '.join(_OVERRIDE_KEYS)}")
-
-    sets = _names(overrides, "sets", default=DEFAULT_SETS)
-    disabled = _names(overrides, "disable", default=())
-    for key, names in (("sets", sets), ("disable", disabled)):
-        for index, name in enumerate(names):
-            if name not in SETS:
-                raise MatrixError(f"{key}[{index}]: unknown set {name!r}; known sets: {', '.join(SETS)}")
-
-    chosen: dict[str, Workload] = {}
-    for set_name in sets:
-        if set_name in disabled:
-            continue
-        for workload in SETS[set_name]:
-            chosen.setdefault(workload.name, workload)
-
-    for index, spec in enumerate(_list(overrides, "extra")):
-        workload = _extra_workload(f"extra[{index}]", spec)
-        if workload.name in chosen or workload.name in _all_set_names():
-            raise MatrixError(
-                f"extra[{index}]: a workload named {workload.name!r} already exists; give it another name"
-            )
-        chosen[workload.name] = workload
-
+    chosen = _selected(overrides)
     only = _names(overrides, "only", default=())
     exclude = _names(overrides, "exclude", default=())
     workloads = [
@@ -352,6 +327,42 @@ def load_matrix(overrides: Mapping[str, Any] | None = None, *, runtime_override:
             changes["runtime"] = runtime_override
         result.append(replace(workload, **changes) if changes else workload)
     return result
+
+
+def selected_names(overrides: Mapping[str, Any] | None = None) -> list[str]:
+    """The names of the workloads of the selected sets and ``extra`` (before ``only``/``exclude`` narrow them):
+    what a lab file's threshold patterns may refer to."""
+    return list(_selected(dict(overrides or {})))
+
+
+def _selected(overrides: dict[str, Any]) -> dict[str, Workload]:
+    """The workloads of the enabled sets, then ``extra``, by name; validates the keys and sets."""
+    unknown = sorted(set(overrides) - set(_OVERRIDE_KEYS))
+    if unknown:
+        raise MatrixError(f"{unknown[0]}: unknown key; the known keys are {', '.join(_OVERRIDE_KEYS)}")
+
+    sets = _names(overrides, "sets", default=DEFAULT_SETS)
+    disabled = _names(overrides, "disable", default=())
+    for key, names in (("sets", sets), ("disable", disabled)):
+        for index, name in enumerate(names):
+            if name not in SETS:
+                raise MatrixError(f"{key}[{index}]: unknown set {name!r}; known sets: {', '.join(SETS)}")
+
+    chosen: dict[str, Workload] = {}
+    for set_name in sets:
+        if set_name in disabled:
+            continue
+        for workload in SETS[set_name]:
+            chosen.setdefault(workload.name, workload)
+
+    for index, spec in enumerate(_list(overrides, "extra")):
+        workload = _extra_workload(f"extra[{index}]", spec)
+        if workload.name in chosen or workload.name in _all_set_names():
+            raise MatrixError(
+                f"extra[{index}]: a workload named {workload.name!r} already exists; give it another name"
+            )
+        chosen[workload.name] = workload
+    return chosen
 
 
 def case_id(protocol: str, workload: Workload | str) -> str:

@@ -127,6 +127,21 @@ def test_invalid_lab_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
     assert "Traceback" not in result.stderr.str()
 
 
+def test_a_threshold_pattern_matching_no_workload_stops_the_run(pytester: pytest.Pytester) -> None:
+    # The mistake labs/rac3.yaml carried until issue 11: "seqread" is not how the matrix names sequential reads.
+    lab = pytester.path / "typo.yaml"
+    lab.write_text(LOCAL_LAB.read_text() + "thresholds:\n  '*':\n    seqread-1m*: {min_mbps: 3500}\n")
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess(f"--lab={lab}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: *typo.yaml:*: thresholds.*.seqread-1m*: matches no workload of the selected sets; did you mean read-1m-*"
+        ]
+    )
+    assert "Traceback" not in result.stderr.str()
+
+
 def test_loads_on_one_target_never_overlap_under_xdist(pytester: pytest.Pytester) -> None:
     """Cases marked loads_target share an xdist group per target host; prerequisite-like cases spread out."""
     pytester.makepyfile(

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_fabricqa.lab import LabError, LabModel, load_lab, resolve_lab_path
+from pytest_fabricqa.thresholds import Thresholds, thresholds_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -159,3 +160,31 @@ def test_unknown_lab_name_lists_known_labs(tmp_path: Path) -> None:
     (tmp_path / "labs" / "rac3.yaml").write_text(GOOD)
     with pytest.raises(LabError, match=r"--lab=rac4: unknown lab name \(known labs: rac3\)"):
         resolve_lab_path("rac4", tmp_path)
+
+
+def test_a_threshold_pattern_that_matches_no_workload_names_what_it_could_mean(tmp_path: Path) -> None:
+    text = GOOD + "thresholds:\n  nvme-tcp:\n    randread-8k*: {min_iops: 1}\n    randread-8k-qd12-j4: {min_iops: 1}\n"
+    with pytest.raises(LabError) as info:
+        load_lab(write(tmp_path, text))
+    assert str(info.value) == (
+        f"{tmp_path / 'lab.yaml'}:21: thresholds.nvme-tcp.randread-8k-qd12-j4: matches no workload of the selected "
+        "sets; did you mean randread-8k-qd128-j4, randread-4k-qd128-j4, randread-4k-qd1-j4?"
+    )
+    # Narrowing the run with 'only' does not make a limit for the selected sets' other workloads a mistake...
+    narrowed = GOOD + "workloads: {sets: [oracle-8k], only: [randread-*]}\n"
+    assert load_lab(write(tmp_path, narrowed + "thresholds:\n  '*':\n    randwrite-8k*: {min_iops: 1}\n"))
+    # ...but a set that is not selected does not count.
+    with pytest.raises(LabError, match=r"thresholds\.\*\.read-1m-\*: matches no workload"):
+        load_lab(write(tmp_path, narrowed + "thresholds:\n  '*':\n    read-1m-*: {min_mbps: 1}\n"))
+
+
+def test_null_lifts_an_inherited_limit(tmp_path: Path) -> None:
+    text = GOOD + (
+        "thresholds:\n"
+        "  '*':\n    '*': {max_p99_us: 100, min_iops: 5}\n"
+        "  nvme-tcp:\n    randread-8k-qd128-j4: {max_p99_us: null}\n"
+    )
+    lab = load_lab(write(tmp_path, text))
+    lifted = thresholds_for(lab.thresholds_table(), "nvme-tcp", "randread-8k-qd128-j4")
+    assert lifted == Thresholds(min_iops=5) and lifted.max_p99_us is None
+    assert thresholds_for(lab.thresholds_table(), "nvme-tcp", "randwrite-8k-qd128-j4").max_p99_us == 100
