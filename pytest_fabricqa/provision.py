@@ -435,7 +435,7 @@ def _initiator_objects(lab: LabModel, host: Host) -> list[tuple[str, Callable[[]
                 found.append(
                     (
                         f"{host.name}: open-iscsi node record {record.iqn} at {record.portal} still there",
-                        partial(_delete_node, host, record.iqn, record.portal),
+                        partial(iscsi.delete_node, host, record.iqn, record.portal),
                     )
                 )
         for iface in sorted({iface_name(t, tr) for t in iqns.values() for tr in ("tcp", "iser")}):
@@ -444,10 +444,6 @@ def _initiator_objects(lab: LabModel, host: Host) -> list[tuple[str, Callable[[]
                     (f"{host.name}: open-iscsi iface {iface} still there", partial(iscsi.delete_iface, host, iface))
                 )
     return found
-
-
-def _delete_node(host: Host, iqn: str, portal: str) -> None:
-    host.run(["iscsiadm", "-m", "node", "-T", iqn, "-p", portal, "-o", "delete"], check=False)
 
 
 def _target_drivers(lab: LabModel, hosts: Mapping[str, Host]) -> list[Target]:

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 
 from pytest_fabricqa.transport.base import CommandError, Host
 
-# iscsiadm's exit code when there is nothing to act on (no session, no record): not an error for undo.
-NO_OBJECTS_FOUND = 21
-NO_RECORDS = (NO_OBJECTS_FOUND, 3)  # 3: "no records found" on older open-iscsi
+# iscsiadm's exit codes, as open-iscsi defines them in include/iscsi_err.h (enum iscsi_error_list, the same
+# numbers since 2.0-872, 2011, so on every RHEL/Oracle Linux 6+ host). Only the ones this module acts on.
+ISCSI_ERR_NOMEM = 3  # could not allocate: a real failure, never "nothing there"
+ISCSI_ERR_IDBM = 6  # the record database: also what `-m iface -I NAME` returns when NAME has no record
+ISCSI_ERR_NO_OBJS_FOUND = 21  # no records/targets/sessions/portals to act on: not an error for undo
 
 SYSFS_SCRIPT = r"""
 for s in /sys/class/iscsi_session/session*; do
@@ -140,20 +142,31 @@ def ensure_iface(host: Host, iface: str, transport: str, initiator_iqn: str | No
 
 def delete_iface(host: Host, iface: str) -> None:
     """Delete the plugin's iface record (nothing to do is not an error)."""
-    if host.run(["iscsiadm", "-m", "iface", "-I", iface], check=False).ok:
+    if iface_exists(host, iface):
         host.run(["iscsiadm", "-m", "iface", "-I", iface, "-o", "delete"])
 
 
 def iface_exists(host: Host, iface: str) -> bool:
-    """True when the iface record exists."""
-    return host.run(["iscsiadm", "-m", "iface", "-I", iface], check=False).ok
+    """True when the iface record exists; an iscsiadm failure other than "no such record" raises."""
+    result = host.run(["iscsiadm", "-m", "iface", "-I", iface], check=False)
+    if result.ok:
+        return True
+    if result.exit_code in (ISCSI_ERR_IDBM, ISCSI_ERR_NO_OBJS_FOUND):
+        return False
+    raise CommandError(result, f"could not read the iface record {iface}")
 
 
 def discover(host: Host, address: str, port: int, iface: str) -> list[DiscoveredTarget]:
     """SendTargets discovery at the portal through ``iface``; node records are created for what it finds."""
     result = host.run(
-        ["iscsiadm", "-m", "discovery", "-t", "st", "-p", portal_name(address, port), "-I", iface], timeout=180
+        ["iscsiadm", "-m", "discovery", "-t", "st", "-p", portal_name(address, port), "-I", iface],
+        check=False,
+        timeout=180,
     )
+    if result.exit_code == ISCSI_ERR_NO_OBJS_FOUND:
+        return []  # "No portals found": the portal answered and exports nothing to this initiator
+    if not result.ok:
+        raise CommandError(result, f"SendTargets discovery at {portal_name(address, port)} failed")
     return parse_discovery(result.stdout)
 
 
@@ -165,8 +178,15 @@ def login(host: Host, iqn: str, portal: str, iface: str) -> None:
 def logout(host: Host, iqn: str, portal: str) -> None:
     """Log out of every session to ``iqn`` at ``portal`` (no session is not an error)."""
     result = host.run(["iscsiadm", "-m", "node", "-T", iqn, "-p", portal, "--logout"], check=False, timeout=120)
-    if not result.ok and result.exit_code not in NO_RECORDS:
+    if not result.ok and result.exit_code != ISCSI_ERR_NO_OBJS_FOUND:
         raise CommandError(result, f"could not log out of {iqn}")
+
+
+def delete_node(host: Host, iqn: str, portal: str) -> None:
+    """Delete the node records of ``iqn`` at ``portal`` (none left is not an error)."""
+    result = host.run(["iscsiadm", "-m", "node", "-T", iqn, "-p", portal, "-o", "delete"], check=False)
+    if not result.ok and result.exit_code != ISCSI_ERR_NO_OBJS_FOUND:
+        raise CommandError(result, f"could not delete the node records of {iqn}")
 
 
 def delete_records(host: Host, iqn: str, portal: str, address: str, port: int) -> None:
@@ -176,22 +196,26 @@ def delete_records(host: Host, iqn: str, portal: str, address: str, port: int) -
         ["iscsiadm", "-m", "discoverydb", "-t", "st", "-p", portal_name(address, port), "-o", "delete"],
     ):
         result = host.run(argv, check=False)
-        if not result.ok and result.exit_code not in NO_RECORDS:
+        if not result.ok and result.exit_code != ISCSI_ERR_NO_OBJS_FOUND:
             raise CommandError(result, "could not delete the open-iscsi records")
 
 
 def sessions(host: Host) -> list[Session]:
     """Every iSCSI session on ``host``."""
     result = host.run(["iscsiadm", "-m", "session"], check=False)
-    if not result.ok and result.exit_code not in NO_RECORDS:
+    if not result.ok and result.exit_code != ISCSI_ERR_NO_OBJS_FOUND:
         raise CommandError(result, "could not list sessions")
     return parse_sessions(result.stdout)
 
 
 def node_records(host: Host) -> list[DiscoveredTarget]:
-    """Every node record (``iscsiadm -m node`` lists them like discovery does)."""
+    """Every node record (``iscsiadm -m node`` lists them like discovery does); none is an empty list."""
     result = host.run(["iscsiadm", "-m", "node"], check=False)
-    return parse_discovery(result.stdout) if result.ok else []
+    if result.exit_code == ISCSI_ERR_NO_OBJS_FOUND:
+        return []
+    if not result.ok:
+        raise CommandError(result, "could not list the node records")
+    return parse_discovery(result.stdout)
 
 
 def lun_devices(host: Host) -> list[LunDevice]:

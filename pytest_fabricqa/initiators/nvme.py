@@ -3,36 +3,57 @@
 Devices are found in sysfs by subsystem NQN and NSID. With native NVMe multipath a second path (an rdma connect
 to a subsystem already connected over tcp) joins the existing ``/dev/nvmeXnY`` head instead of making a new
 device, so the head under ``/sys/class/nvme-subsystem/*/`` is what counts; without multipath the namespace sits
-under its controller.
+under its controller. Kernels before 4.15 (RHEL/Oracle Linux 7's 3.10 and 4.1-4.14 UEK) have no
+``/sys/class/nvme-subsystem``: there the namespace is a child of its controller, ``/sys/class/nvme/nvmeX/nvmeXnY``,
+and takes the controller's ``subsysnqn``.
+
+nvme-cli before 1.14 has no ``-o json`` for ``discover``; its option parser refuses ``-o`` and prints usage.
+:func:`discover` then asks again without it and reads the text discovery log (:func:`parse_discovery_text`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 
 from pytest_fabricqa.transport.base import CommandError, Host
 
-# Controllers and namespaces, one line each. Fixed text; no arguments.
+# Controllers and namespaces, one line each. Fixed text; $1 is an optional root the /sys paths hang under (empty on
+# a host; the unit tests point it at a copied sysfs tree of an older kernel).
 SYSFS_SCRIPT = r"""
-for c in /sys/class/nvme/nvme*; do
+r=${1:-}
+for c in "$r"/sys/class/nvme/nvme*; do
   [ -d "$c" ] || continue
   printf 'C\t%s\t%s\t%s\t%s\t%s\n' "${c##*/}" "$(cat "$c/subsysnqn" 2>/dev/null)" "$(cat "$c/transport" 2>/dev/null)" \
     "$(cat "$c/state" 2>/dev/null)" "$(tr '\n' ' ' < "$c/address" 2>/dev/null)"
 done
-for s in /sys/class/nvme-subsystem/nvme-subsys*; do
-  [ -d "$s" ] || continue
-  q=$(cat "$s/subsysnqn")
-  for d in "$s"/nvme[0-9]*n[0-9]* "$s"/nvme[0-9]*/nvme[0-9]*n[0-9]*; do
-    [ -d "$d" ] || continue
-    n=${d##*/}
-    case "$n" in nvme*c*n*) continue ;; esac
-    [ -e "/sys/block/$n" ] || continue
-    printf 'N\t%s\t%s\t%s\t%s\t%s\n' "$n" "$q" "$(cat "$d/nsid" 2>/dev/null)" "$(cat "/sys/block/$n/size")" \
-      "$(cat "/sys/block/$n/queue/logical_block_size")"
+ns() {
+  n=${2##*/}
+  case "$n" in nvme*c*n*) return ;; esac
+  [ -e "$r/sys/block/$n" ] || return
+  printf 'N\t%s\t%s\t%s\t%s\t%s\n' "$n" "$1" "$(cat "$2/nsid" 2>/dev/null)" "$(cat "$r/sys/block/$n/size")" \
+    "$(cat "$r/sys/block/$n/queue/logical_block_size")"
+}
+if [ -d "$r/sys/class/nvme-subsystem" ]; then
+  for s in "$r"/sys/class/nvme-subsystem/nvme-subsys*; do
+    [ -d "$s" ] || continue
+    q=$(cat "$s/subsysnqn")
+    for d in "$s"/nvme[0-9]*n[0-9]* "$s"/nvme[0-9]*/nvme[0-9]*n[0-9]*; do
+      [ -d "$d" ] && ns "$q" "$d"
+    done
   done
-done
+else
+  # Before Linux 4.15: no subsystem class; each namespace sits under its controller.
+  for c in "$r"/sys/class/nvme/nvme*; do
+    [ -d "$c" ] || continue
+    q=$(cat "$c/subsysnqn" 2>/dev/null)
+    for d in "$c"/nvme[0-9]*n[0-9]*; do
+      [ -d "$d" ] && ns "$q" "$d"
+    done
+  done
+fi
 exit 0
 """
 
@@ -109,6 +130,48 @@ def parse_discovery(text: str) -> list[DiscoveryRecord]:
     return out
 
 
+# nvme-cli 1.x prints each discovery log entry as "=====Discovery Log Entry N======" and "key: value" lines.
+_TEXT_ENTRY = re.compile(r"^=+\s*Discovery Log Entry\s+\d+\s*=+$")
+_TEXT_FIELD = re.compile(r"^(?P<key>[a-z_]+):\s*(?P<value>.*)$")
+# glibc getopt's words when nvme-cli before 1.14 meets `-o json` ("nvme: unrecognized option '-o'").
+_REFUSED_OPTION = re.compile(r"(unrecognized|invalid) option")
+
+
+def parse_discovery_text(text: str) -> list[DiscoveryRecord]:
+    """nvme-cli 1.x ``nvme discover`` text output -> the NVM subsystems it lists (discovery subsystems left out)."""
+    entries: list[dict[str, str]] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if _TEXT_ENTRY.match(stripped):
+            entries.append({})
+            continue
+        match = _TEXT_FIELD.match(stripped)
+        if match and entries:
+            entries[-1].setdefault(match["key"], match["value"].strip())
+    out = []
+    for entry in entries:
+        subtype = entry.get("subtype", "")
+        if "discovery" in subtype:
+            continue
+        portid = entry.get("portid", "")
+        out.append(
+            DiscoveryRecord(
+                entry.get("subnqn", ""),
+                entry.get("trtype", ""),
+                entry.get("traddr", ""),
+                entry.get("trsvcid", ""),
+                subtype,
+                int(portid) if portid.isdigit() else None,
+            )
+        )
+    return out
+
+
+def json_refused(stderr: str) -> bool:
+    """True when nvme-cli refused ``-o json`` as an unknown option (nvme-cli before 1.14)."""
+    return bool(_REFUSED_OPTION.search(stderr))
+
+
 def parse_sysfs(text: str) -> tuple[list[Controller], list[NamespaceDevice]]:
     """:data:`SYSFS_SCRIPT` output -> controllers and namespace devices."""
     controllers: list[Controller] = []
@@ -125,10 +188,15 @@ def parse_sysfs(text: str) -> tuple[list[Controller], list[NamespaceDevice]]:
 
 def discover(host: Host, trtype: str, address: str, port: int, hostnqn: str | None = None) -> list[DiscoveryRecord]:
     """Ask the portal's discovery controller which subsystems ``host`` may reach."""
-    argv = ["nvme", "discover", "-t", trtype, "-a", address, "-s", str(port), "-o", "json"]
+    argv = ["nvme", "discover", "-t", trtype, "-a", address, "-s", str(port)]
     if hostnqn:
         argv.append(f"--hostnqn={hostnqn}")
-    result = host.run(argv, timeout=120)
+    result = host.run([*argv, "-o", "json"], check=False, timeout=120)
+    # nvme-cli 1.x refuses -o with its usage text and exits with whatever errno held, often 0: read stderr.
+    if json_refused(result.stderr):
+        return parse_discovery_text(host.run(argv, timeout=120).stdout)
+    if not result.ok:
+        raise CommandError(result, f"discovery at {address}:{port} over {trtype} failed")
     return parse_discovery(result.stdout)
 
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 from pytest_fabricqa.initiators import iscsi, nvme
+from pytest_fabricqa.transport.base import CommandError, CommandResult
 
 DATA = Path(__file__).parents[1] / "data" / "targets"
 NQN = "nqn.2026-11.io.fabricqa:vlab-nvme0"
@@ -95,3 +100,134 @@ def test_iscsi_sysfs_with_two_luns_and_a_foreign_session() -> None:
 def test_portal_names_bracket_ipv6() -> None:
     assert iscsi.portal_name("10.10.10.19", 3260) == "10.10.10.19:3260"
     assert iscsi.portal_name("fd00::19", 3260) == "[fd00::19]:3260"
+
+
+# -- older tools and kernels: nvme-cli 1.x, Linux < 4.15, open-iscsi exit codes (tests/data/targets/README.md) --
+
+OLD = DATA / "old"
+
+
+class ScriptedHost:
+    """Answers each command from ``answers`` (first matching argv prefix) and records what ran."""
+
+    def __init__(self, answers: list[tuple[tuple[str, ...], tuple[int, str, str]]]) -> None:
+        self.name = "el72h1"
+        self.answers = answers
+        self.commands: list[tuple[str, ...]] = []
+
+    def run(
+        self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None, stdin: str | None = None
+    ) -> CommandResult:
+        args = tuple(argv)
+        self.commands.append(args)
+        for prefix, (code, out, err) in self.answers:
+            if args[: len(prefix)] == prefix and (prefix[-1:] != ("json",) or args[-1] == "json"):
+                result = CommandResult(self.name, args, code, out, err)
+                if check and code:
+                    raise CommandError(result)
+                return result
+        raise AssertionError(f"unexpected command {args}")
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def test_nvme_cli_1_13_text_discovery_log_is_read() -> None:
+    records = nvme.parse_discovery_text((OLD / "nvme-cli-1.13-discover-rdma.txt").read_text())
+    assert [(r.subnqn, r.trtype, r.traddr, r.trsvcid, r.portid) for r in records] == [
+        ("nvmet1", "rdma", "10.10.10.19", "4420", 1),
+        ("nvmet2", "rdma", "10.10.10.19", "4420", 1),
+    ]
+    (tcp,) = nvme.parse_discovery_text((OLD / "nvme-cli-1.12-discover-tcp.txt").read_text())
+    assert (tcp.subnqn, tcp.trtype, tcp.subtype) == (NQN, "tcp", "nvme subsystem")
+
+
+def test_discover_falls_back_to_text_when_nvme_cli_refuses_json() -> None:
+    # nvme-cli 1.13 prints its usage and exits with errno's value, here 0: the refusal is on stderr only.
+    refused = (
+        0,
+        "Usage: nvme discover <device> [OPTIONS]\n",
+        (OLD / "nvme-cli-1.13-discover-o-json.stderr").read_text(),
+    )
+    text = (0, (OLD / "nvme-cli-1.13-discover-rdma.txt").read_text(), "")
+    host = ScriptedHost(
+        [
+            (("nvme", "discover", "-t", "rdma", "-a", "10.10.10.19", "-s", "4420", "-o", "json"), refused),
+            (("nvme", "discover"), text),
+        ]
+    )
+    records = nvme.discover(host, "rdma", "10.10.10.19", 4420)
+    assert [r.subnqn for r in records] == ["nvmet1", "nvmet2"]
+    assert host.commands[-1] == ("nvme", "discover", "-t", "rdma", "-a", "10.10.10.19", "-s", "4420")
+
+
+def test_discover_failure_that_is_not_a_refused_option_is_raised() -> None:
+    failed = (1, "", "Failed to write to /dev/nvme-fabrics: Connection refused\n")
+    host = ScriptedHost([(("nvme", "discover"), failed)])
+    with pytest.raises(CommandError, match="Connection refused"):
+        nvme.discover(host, "tcp", "10.10.10.19", 4420)
+
+
+def _materialise(tree: Path, root: Path) -> None:
+    for line in tree.read_text().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        rel, content = line.split("\t", 1)
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if content.startswith("-> "):
+            path.symlink_to(content[3:])
+        else:
+            path.write_text(content + "\n")
+
+
+def test_sysfs_script_finds_namespaces_under_the_controller_on_kernels_before_4_15(tmp_path: Path) -> None:
+    _materialise(OLD / "sysfs-linux-4.14-rdma.tree", tmp_path)
+    assert not (tmp_path / "sys/class/nvme-subsystem").exists()
+    out = subprocess.run(
+        ["sh", "-c", nvme.SYSFS_SCRIPT, "sh", str(tmp_path)], capture_output=True, text=True, check=True
+    )
+    controllers, namespaces = nvme.parse_sysfs(out.stdout)
+    assert [(c.name, c.subsysnqn, c.transport) for c in controllers] == [
+        ("nvme0", "nvmet1", "rdma"),
+        ("nvme1", "nvmet2", "rdma"),
+    ]
+    assert sorted((n.path, n.subsysnqn, n.nsid, n.size_bytes) for n in namespaces) == [
+        ("/dev/nvme0n1", "nvmet1", 1, 2344225968 * 512),
+        ("/dev/nvme1n1", "nvmet2", 1, 2344225968 * 512),
+    ]
+
+
+def test_iscsiadm_nothing_to_act_on_is_exit_21_and_out_of_memory_is_an_error() -> None:
+    # include/iscsi_err.h: 21 ISCSI_ERR_NO_OBJS_FOUND, 3 ISCSI_ERR_NOMEM, 6 ISCSI_ERR_IDBM.
+    none = (21, "", "iscsiadm: No active sessions.\n")
+    assert iscsi.sessions(ScriptedHost([(("iscsiadm",), none)])) == []
+    nomem = (3, "", "iscsiadm: Could not allocate memory\n")
+    with pytest.raises(CommandError, match="exited 3"):
+        iscsi.sessions(ScriptedHost([(("iscsiadm",), nomem)]))
+    with pytest.raises(CommandError, match="exited 3"):
+        iscsi.logout(ScriptedHost([(("iscsiadm",), nomem)]), IQN, "10.10.10.19:3260")
+    iscsi.logout(ScriptedHost([(("iscsiadm",), (21, "", "iscsiadm: No matching sessions found\n"))]), IQN, "p")
+    iscsi.delete_node(ScriptedHost([(("iscsiadm",), (21, "", "iscsiadm: No records found\n"))]), IQN, "p")
+
+
+def test_iscsiadm_failures_other_than_no_objects_are_not_swallowed() -> None:
+    not_connected = (20, "", "iscsiadm: Could not connect to iscsid\n")
+    for call in (
+        lambda h: iscsi.node_records(h),
+        lambda h: iscsi.delete_node(h, IQN, "10.10.10.19:3260"),
+        lambda h: iscsi.iface_exists(h, "fabricqa_tcp"),
+    ):
+        with pytest.raises(CommandError, match="exited 20"):
+            call(ScriptedHost([(("iscsiadm",), not_connected)]))
+    assert iscsi.node_records(ScriptedHost([(("iscsiadm",), (21, "", "iscsiadm: No records found\n"))])) == []
+    # A missing iface record is ISCSI_ERR_IDBM (6), seen as "does not exist".
+    assert not iscsi.iface_exists(
+        ScriptedHost([(("iscsiadm",), (6, "", "iscsiadm: Could not read iface x (6).\n"))]), "x"
+    )
+    assert (
+        iscsi.discover(
+            ScriptedHost([(("iscsiadm",), (21, "", "iscsiadm: No portals found\n"))]), "10.10.10.19", 3260, "i"
+        )
+        == []
+    )
