@@ -3,22 +3,71 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from pytest_fabricqa.protocols import parse_kernel_version
+# Whether the running kernel has each module named after "sh": loaded (/sys/module), built in (modules.builtin of
+# the running release, where module files spell '_' as '-' or '_'), or installed for modprobe (modinfo). A
+# capability, not a version: RHEL/Oracle Linux 8's 4.18 kernels carry nvme_tcp, which mainline got in 5.0.
+# Fixed text; module names arrive as "$@" (constants of pytest_fabricqa.protocols).
+MODULES_SCRIPT = r"""rel=$(uname -r)
+echo "release $rel"
+[ -d "/lib/modules/$rel" ] || echo "no-modules-dir /lib/modules/$rel"
+for m in "$@"; do
+  if [ -d "/sys/module/$m" ]; then echo "module $m loaded"; continue; fi
+  d=$(printf %s "$m" | tr _ -)
+  if grep -qE "/($m|$d)\.ko" "/lib/modules/$rel/modules.builtin" 2>/dev/null; then echo "module $m builtin"; continue; fi
+  if modinfo -F filename "$m" >/dev/null 2>&1; then echo "module $m loadable"; continue; fi
+  echo "module $m missing"
+done
+exit 0
+"""
+
+MODULE_STATES = ("loaded", "builtin", "loadable", "missing")
 
 
-def kernel_problem(host: str, release: str, minimum: tuple[int, int] | None, what: str) -> str | None:
-    """``uname -r`` against the minimum kernel for ``what`` (e.g. "an NVMe/TCP host")."""
-    if minimum is None:
-        return None
-    found = parse_kernel_version(release)
-    if found < minimum:
-        return (
-            f"{host}: kernel {release.strip()} is older than {minimum[0]}.{minimum[1]}, "
-            f"the first with {what}; upgrade the kernel"
-        )
-    return None
+@dataclass(frozen=True)
+class ModuleReport:
+    """What :data:`MODULES_SCRIPT` found on one host: the kernel release and each module's state."""
+
+    release: str
+    modules: dict[str, str]
+    modules_dir_missing: bool = False
+
+
+def parse_module_report(text: str) -> ModuleReport:
+    """:data:`MODULES_SCRIPT` output -> :class:`ModuleReport`."""
+    release = ""
+    modules: dict[str, str] = {}
+    no_dir = False
+    for line in text.splitlines():
+        fields = line.split()
+        if fields[:1] == ["release"] and len(fields) == 2:
+            release = fields[1]
+        elif fields[:1] == ["no-modules-dir"]:
+            no_dir = True
+        elif fields[:1] == ["module"] and len(fields) == 3 and fields[2] in MODULE_STATES:
+            modules[fields[1]] = fields[2]
+    return ModuleReport(release, modules, no_dir)
+
+
+def module_problems(host: str, report: ModuleReport, wanted: Sequence[str], what: str) -> list[str]:
+    """The modules ``what`` (e.g. "an NVMe/TCP host") needs that the kernel neither has loaded, built in nor
+    installed; one sentence naming the kernel and the fix. A module not reported at all counts as missing."""
+    missing = [m for m in wanted if report.modules.get(m, "missing") == "missing"]
+    if not missing:
+        return []
+    kernel = f"kernel {report.release}" if report.release else "the kernel"
+    where = (
+        f" (and /lib/modules/{report.release} does not exist, so installed modules cannot be seen: a container?)"
+        if report.modules_dir_missing
+        else ""
+    )
+    return [
+        f"{host}: {kernel} cannot run {what}: module(s) {', '.join(missing)} neither loaded, built in nor "
+        f"installed{where}; install the kernel package that carries them or boot a kernel built with them"
+    ]
 
 
 def interface_problems(host: str, ip_json: str, interface: str, address: str, mtu: int) -> list[str]:

@@ -7,7 +7,11 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class ProtocolSpec:
-    """What a protocol needs: initiator tools, kernel modules on each side, minimum kernels, RDMA."""
+    """What a protocol needs: initiator tools, kernel modules on each side, RDMA.
+
+    The kernel's ability is judged by its modules (loaded, built in or installed), never by ``uname -r``:
+    distribution kernels carry features their version number predates (RHEL/OL 8's 4.18 has nvme_tcp).
+    """
 
     name: str
     family: str  # "nvme" or "scsi"
@@ -15,8 +19,6 @@ class ProtocolSpec:
     initiator_tools: tuple[str, ...]
     initiator_modules: tuple[str, ...]
     target_modules: dict[str, tuple[str, ...]]  # by target kind
-    min_initiator_kernel: tuple[int, int] | None
-    min_target_kernel: tuple[int, int] | None
 
     @property
     def needs_rdma(self) -> bool:
@@ -25,7 +27,7 @@ class ProtocolSpec:
 
 
 PROTOCOLS: dict[str, ProtocolSpec] = {
-    # NVMe/TCP arrived in Linux 5.0 (host and target); seed 002 names it as a prerequisite.
+    # NVMe/TCP (mainline 5.0, backported to RHEL/OL 8's 4.18): nvme-fabrics finds a transport by loading "nvme-<trtype>", so nvme_tcp present is the capability.
     "nvme-tcp": ProtocolSpec(
         "nvme-tcp",
         "nvme",
@@ -33,10 +35,8 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
         ("fio", "nvme"),
         ("nvme_fabrics", "nvme_tcp"),
         {"nvmet": ("nvmet", "nvmet_tcp")},
-        (5, 0),
-        (5, 0),
     ),
-    # NVMe over Fabrics (RDMA) arrived in Linux 4.8; seed 000 ran the target on 4.8.17.
+    # NVMe over Fabrics (RDMA, mainline 4.8): seed 000 ran the target on 4.8.17.
     "nvme-rdma": ProtocolSpec(
         "nvme-rdma",
         "nvme",
@@ -44,8 +44,6 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
         ("fio", "nvme"),
         ("nvme_fabrics", "nvme_rdma"),
         {"nvmet": ("nvmet", "nvmet_rdma")},
-        (4, 8),
-        (4, 8),
     ),
     "iscsi": ProtocolSpec(
         "iscsi",
@@ -54,8 +52,6 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
         ("fio", "iscsiadm"),
         ("iscsi_tcp", "sd_mod"),
         {"lio": ("target_core_mod", "target_core_iblock", "iscsi_target_mod")},
-        None,
-        None,
     ),
     "iser": ProtocolSpec(
         "iser",
@@ -64,8 +60,6 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
         ("fio", "iscsiadm"),
         ("ib_iser", "sd_mod"),
         {"lio": ("target_core_mod", "target_core_iblock", "iscsi_target_mod", "ib_isert")},
-        None,
-        None,
     ),
 }
 
@@ -73,12 +67,3 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
 def protocol(name: str) -> ProtocolSpec:
     """The spec for protocol ``name`` (KeyError for an unknown one: validate names at the option edge)."""
     return PROTOCOLS[name]
-
-
-def parse_kernel_version(release: str) -> tuple[int, int]:
-    """``uname -r`` text ("6.1.0-28-amd64", "4.8.17") -> (major, minor)."""
-    parts = release.strip().split(".")
-    try:
-        return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
-    except (IndexError, ValueError):
-        raise ValueError(f"cannot read a kernel version from {release!r}") from None

@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 
-import pytest
-
-from pytest_fabricqa.prereq import interface_problems, kernel_problem, rdma_problem
-from pytest_fabricqa.protocols import parse_kernel_version
+from pytest_fabricqa.prereq import (
+    MODULES_SCRIPT,
+    interface_problems,
+    module_problems,
+    parse_module_report,
+    rdma_problem,
+)
+from pytest_fabricqa.protocols import protocol
 
 # Written by hand in the format of iproute2's `rdma -j link show` (Soft-RoCE rxe0 on eth1);
 # real recordings from the virtual lab live in tests/data/vlab/.
@@ -18,20 +22,46 @@ RXE_ACTIVE = (
 )
 
 
-@pytest.mark.parametrize(
-    ("release", "expected"), [("6.1.0-28-amd64", (6, 1)), ("4.8.17", (4, 8)), ("3.10.0-327.el7.x86_64", (3, 10))]
-)
-def test_kernel_versions_parse(release: str, expected: tuple[int, int]) -> None:
-    assert parse_kernel_version(release) == expected
+# MODULES_SCRIPT output as it reads on an Oracle Linux 8 initiator (UEK-less RHEL-compatible 4.18 kernel, nvme_tcp
+# shipped as a module, nvme_fabrics loaded by an earlier nvme-rdma connect) and on a kernel built without NVMe/TCP.
+OL8_418 = "release 4.18.0-305.el8.x86_64\nmodule nvme_fabrics loaded\nmodule nvme_tcp loadable\n"
+NEW_WITHOUT_TCP = "release 6.1.0-28-amd64\nmodule nvme_fabrics builtin\nmodule nvme_tcp missing\n"
 
 
-def test_kernel_too_old_for_nvme_tcp() -> None:
-    # Seed 000's RHEL 7.2 kernel is too old for NVMe/TCP (5.0) and for an NVMe-oF host (4.8).
-    assert kernel_problem("el72h1", "3.10.0-327.el7.x86_64\n", (5, 0), "an NVMe/TCP host") == (
-        "el72h1: kernel 3.10.0-327.el7.x86_64 is older than 5.0, the first with an NVMe/TCP host; upgrade the kernel"
+def test_a_4_18_kernel_that_carries_nvme_tcp_can_run_nvme_tcp() -> None:
+    # The old gate (uname -r >= 5.0) failed RHEL/OL 8 hosts that run NVMe/TCP every day.
+    report = parse_module_report(OL8_418)
+    assert report.release == "4.18.0-305.el8.x86_64"
+    assert module_problems("el8h1", report, protocol("nvme-tcp").initiator_modules, "an NVMe/TCP initiator") == []
+
+
+def test_a_new_kernel_without_the_module_cannot() -> None:
+    # ... and passed a 6.1 kernel built without it.
+    (problem,) = module_problems(
+        "h1", parse_module_report(NEW_WITHOUT_TCP), protocol("nvme-tcp").initiator_modules, "an NVMe/TCP initiator"
     )
-    assert kernel_problem("el72h3", "4.8.17", (4, 8), "an NVMe-oF target") is None
-    assert kernel_problem("h", "2.6.32", None, "iscsi") is None
+    assert problem == (
+        "h1: kernel 6.1.0-28-amd64 cannot run an NVMe/TCP initiator: module(s) nvme_tcp neither loaded, built in "
+        "nor installed; install the kernel package that carries them or boot a kernel built with them"
+    )
+
+
+def test_a_module_the_report_does_not_mention_counts_as_missing() -> None:
+    (problem,) = module_problems("h1", parse_module_report(""), ("nvmet", "nvmet_tcp"), "a target")
+    assert "nvmet, nvmet_tcp" in problem and "the kernel cannot run a target" in problem
+
+
+def test_the_modules_script_runs_here_and_names_each_module() -> None:
+    out = subprocess.run(
+        ["sh", "-c", MODULES_SCRIPT, "sh", "nvme_tcp", "no_such_module_xyz"], capture_output=True, text=True
+    )
+    report = parse_module_report(out.stdout)
+    assert (
+        out.returncode == 0
+        and report.release == subprocess.run(["uname", "-r"], capture_output=True, text=True).stdout.strip()
+    )
+    assert report.modules["no_such_module_xyz"] == "missing"
+    assert report.modules["nvme_tcp"] in ("loaded", "builtin", "loadable", "missing")
 
 
 def _ip_lo() -> str:
