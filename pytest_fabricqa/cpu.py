@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pytest_fabricqa.errors import FabricQAError
 from pytest_fabricqa.transport.base import Host
 
 
-class ProcStatError(ValueError):
+class ProcStatError(FabricQAError, ValueError):
     """The text is not /proc/stat (no aggregate ``cpu`` line), or the snapshots are out of order."""
 
 

@@ -6,12 +6,13 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from pytest_fabricqa.errors import FabricQAError
 from pytest_fabricqa.transport.base import CommandResult, Host
 
 T = TypeVar("T")
 
 
-class GroupError(Exception):
+class GroupError(FabricQAError):
     """Some hosts failed. ``results`` maps every host name to its value or its exception."""
 
     def __init__(self, results: dict[str, object]) -> None:

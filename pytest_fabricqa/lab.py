@@ -15,6 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, IPvAnyAddress, ValidationError, field_validator, model_validator
 
+from pytest_fabricqa.errors import UserError
 from pytest_fabricqa.oracle.settings import OracleSettings
 from pytest_fabricqa.thresholds import Thresholds, unmatched
 from pytest_fabricqa.workloads import load_matrix, selected_names
@@ -36,7 +37,7 @@ SHORT_NQN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,222}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-class LabError(Exception):
+class LabError(UserError):
     """A lab file is missing, unreadable or invalid. The message is one line: file, key, line, fix."""
 
 

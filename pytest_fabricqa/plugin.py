@@ -6,12 +6,13 @@ Without ``--lab`` the plugin does nothing: its fixtures exist but nothing parame
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_fabricqa.errors import UserError
 from pytest_fabricqa.lab import PROTOCOLS, LabError, LabModel, iter_protocol_names, load_lab, resolve_lab_path
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ def pytest_configure(config: pytest.Config) -> None:
         lab = load_lab(path)
         protocols = _selected_protocols(lab, config.getoption("protocol"), path)
         workloads = _workloads(lab, path, config.getoption("fio_runtime"))
-    except LabError as exc:
+    except UserError as exc:
         raise pytest.UsageError(str(exc)) from None
     if getattr(config.option, "numprocesses", None) and getattr(config.option, "dist", "no") != "loadgroup":
         raise pytest.UsageError(
@@ -140,13 +141,13 @@ def _selected_protocols(lab: LabModel, values: list[str], path: Path) -> list[st
 
 
 def _workloads(lab: LabModel, path: Path, runtime: int | None) -> list[Workload]:
-    from pytest_fabricqa.thresholds import ThresholdError, validate_table
-    from pytest_fabricqa.workloads import MatrixError, load_matrix
+    from pytest_fabricqa.thresholds import validate_table
+    from pytest_fabricqa.workloads import load_matrix
 
     try:
         validate_table(lab.thresholds_table())
         return load_matrix(lab.workloads or None, runtime_override=runtime)
-    except (MatrixError, ThresholdError) as exc:
+    except UserError as exc:  # the lab file's thresholds or workloads: name the file
         raise LabError(f"{path}: {exc}") from None
 
 
@@ -211,6 +212,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.xdist_group(name=load_group(lab, _protocol_of(item))))
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A user mistake met while running a case (``UserError``: a lab that cannot be attached, missing
+    credentials) is reported as its one line, not a traceback; the session then exits as a usage error."""
+    report = yield
+    excinfo = call.excinfo
+    if excinfo is not None and isinstance(excinfo.value, UserError) and _lab(item.config) is not None:
+        report.longrepr = str(excinfo.value)
+        report.fabricqa_user_error = True  # type: ignore[attr-defined]
+    return report
+
+
 def _phase_of(item: pytest.Item) -> str:
     mark = item.get_closest_marker("fabricqa_phase")
     return str(mark.args[0]) if mark else ""
@@ -219,6 +234,8 @@ def _phase_of(item: pytest.Item) -> str:
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the session loudly if objects the plugin created are still on the lab at the end."""
+    if session.exitstatus == pytest.ExitCode.TESTS_FAILED and _user_error_reported(session.config):
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
     left = session.config.stash.get(LEFTOVERS_KEY, [])
     if left:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -227,6 +244,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             for line in left:
                 reporter.write_line(line)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _user_error_reported(config: pytest.Config) -> bool:
+    """True when a case failed on a user mistake (the terminal reporter holds every report, xdist's too)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    stats = getattr(reporter, "stats", {})
+    return any(getattr(r, "fabricqa_user_error", False) for key in ("error", "failed") for r in stats.get(key, ()))
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -32,6 +32,7 @@ import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
+from pytest_fabricqa.errors import FabricQAError
 from pytest_fabricqa.transport.base import CommandResult, Host
 
 ASM_MAGIC = b"ORCLDISK"
@@ -181,7 +182,7 @@ class Refusal:
         return text
 
 
-class DeviceRefused(Exception):
+class DeviceRefused(FabricQAError):
     """A write job was about to touch a device that holds data or is in use."""
 
     def __init__(self, refusal: Refusal) -> None:

@@ -37,12 +37,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from pytest_fabricqa.errors import UserError
 from pytest_fabricqa.metrics import THRESHOLD_KEYS
 
 _WILDCARDS = re.compile(r"[*?\[\]]")
 
 
-class ThresholdError(ValueError):
+class ThresholdError(UserError, ValueError):
     """A threshold table is invalid; the message names the key (``thresholds.nvme-tcp.*.min_iops``)."""
 
 

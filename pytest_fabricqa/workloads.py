@@ -24,6 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, replace
 from typing import Any
 
+from pytest_fabricqa.errors import UserError
+
 READ_ONLY_RW = frozenset({"read", "randread"})
 WRITING_RW = frozenset(
     {"write", "randwrite", "rw", "readwrite", "randrw", "trim", "randtrim", "trimwrite", "randtrimwrite"}
@@ -46,7 +48,7 @@ _OPTION_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-class MatrixError(ValueError):
+class MatrixError(UserError, ValueError):
     """A workload or a lab file's workload overrides are invalid; the message names the key."""
 
 

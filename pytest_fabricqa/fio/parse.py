@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from pytest_fabricqa.errors import FabricQAError
 from pytest_fabricqa.fio.model import (
     DIRECTIONS,
     ClientServerResult,
@@ -36,7 +37,7 @@ _JSON_START = re.compile(r"^\{[ \t]*$", re.MULTILINE)
 _SERVER_PREFIX = re.compile(r"^<[^>]*>\s?")
 
 
-class FioOutputError(ValueError):
+class FioOutputError(FabricQAError, ValueError):
     """fio's output held no readable JSON document (it failed before reporting, or it is not fio's)."""
 
     def __init__(self, host: str, why: str, text: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pytest_fabricqa.errors import FabricQAError
 from pytest_fabricqa.oracle.settings import AsmcmdSettings
 from pytest_fabricqa.transport.base import CommandError, Host
 
@@ -47,7 +48,7 @@ HEADER_TO_COLUMN: dict[str, str] = {
 }
 
 
-class AsmcmdParseError(Exception):
+class AsmcmdParseError(FabricQAError):
     """asmcmd printed something that is not a table this module understands."""
 
 

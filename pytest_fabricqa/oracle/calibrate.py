@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_fabricqa.errors import FabricQAError
 from pytest_fabricqa.oracle.settings import CalibrateThresholds
 from pytest_fabricqa.oracle.sql import query
 
@@ -27,7 +28,7 @@ _DATAFILE_ASYNC_SQL = (
 _STATUS_SQL = "SELECT STATUS FROM V$IO_CALIBRATION_STATUS"
 
 
-class CalibrationPrerequisiteError(Exception):
+class CalibrationPrerequisiteError(FabricQAError):
     """CALIBRATE_IO cannot run: every missing prerequisite is listed."""
 
     def __init__(self, missing: list[str]) -> None:

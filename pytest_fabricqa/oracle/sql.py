@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from pytest_fabricqa.errors import UserError
 from pytest_fabricqa.oracle.settings import ConnectSettings
 
 Row = dict[str, object]
@@ -53,7 +54,7 @@ OPERATION_COLUMNS = ("INST_ID", "GROUP_NUMBER", "OPERATION", "STATE", "ERROR_COD
 OPERATION_COLUMNS_12C = (*OPERATION_COLUMNS, "PASS")
 
 
-class OracleConfigError(Exception):
+class OracleConfigError(UserError):
     """The Oracle settings cannot work (missing credentials or target); the message says how to fix it."""
 
 

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
+from pytest_fabricqa.errors import UserError
 from pytest_fabricqa.metrics import DEFAULT_TOLERANCES, HIGHER_IS_BETTER, METRICS
 from pytest_fabricqa.report.formatting import format_figure
 from pytest_fabricqa.report.model import (
@@ -36,7 +37,7 @@ class BaselineWarning(UserWarning):
     """A baseline file was skipped (corrupt, foreign schema) or does not match the run it is used for."""
 
 
-class ToleranceError(ValueError):
+class ToleranceError(UserError, ValueError):
     """A tolerance override on the command line is malformed; the message says which item and why."""
 
 

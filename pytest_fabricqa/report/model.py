@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
+from pytest_fabricqa.errors import UserError
 from pytest_fabricqa.metrics import METRICS
 from pytest_fabricqa.workloads import Workload
 
@@ -32,7 +33,7 @@ Figures = dict[str, float]
 """Metric name (one of :data:`METRICS`) to value; a metric fio did not report is absent, not zero."""
 
 
-class ResultsFileError(Exception):
+class ResultsFileError(UserError):
     """A results file cannot be used: unreadable, not JSON, another schema, or a field of the wrong shape."""
 
     def __init__(self, path: Path | str, why: str) -> None:

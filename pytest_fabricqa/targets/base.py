@@ -13,11 +13,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from pytest_fabricqa.errors import FabricQAError
 from pytest_fabricqa.lab import LabModel, TargetModel
 from pytest_fabricqa.transport.base import CommandError, Host
 
 
-class ProvisionError(Exception):
+class ProvisionError(FabricQAError):
     """Provisioning, connecting or tearing down failed. The message is one line: host, what failed, how to fix."""
 
     def __init__(self, host: str, what: str, fix: str = "") -> None:

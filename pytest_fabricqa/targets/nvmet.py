@@ -23,6 +23,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from pytest_fabricqa.errors import UserError
 from pytest_fabricqa.lab import NQN_RE, SHORT_NQN_RE, LabModel, TargetModel
 from pytest_fabricqa.targets import remote
 from pytest_fabricqa.targets.base import (
@@ -145,7 +146,7 @@ class NvmetPlan:
     hosts: tuple[str, ...] = ()
 
 
-class SavedConfigError(ValueError):
+class SavedConfigError(UserError, ValueError):
     """An nvmetcli saved configuration is unreadable or invalid; the message names the file and the key."""
 
 

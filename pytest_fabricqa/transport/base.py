@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from pytest_fabricqa.errors import FabricQAError
+
 STDERR_TAIL_LINES = 8
 
 
@@ -35,7 +37,7 @@ class CommandResult:
         return shlex.join(self.argv)
 
 
-class CommandError(Exception):
+class CommandError(FabricQAError):
     """A command on a lab host exited non-zero (or could not run): host, command, exit code, stderr tail."""
 
     def __init__(self, result: CommandResult, why: str = "") -> None:
@@ -49,7 +51,7 @@ class CommandError(Exception):
         super().__init__(message)
 
 
-class HostUnreachable(Exception):
+class HostUnreachable(FabricQAError):
     """A lab host could not be reached at all (connection refused, timeout, authentication)."""
 
 

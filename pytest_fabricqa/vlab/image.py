@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from pytest_fabricqa.errors import FabricQAError
+
 SUITE = "bookworm"
 
 # What the guest needs and nothing else: the storage tools the suites drive over SSH, the kernel from Debian
@@ -152,7 +154,7 @@ MaxSessions 64
 TOOL_PACKAGES = ("fio", "nvme-cli", "open-iscsi", "rdma-core", "iproute2", "openssh-server", "util-linux")
 
 
-class ImageBuildError(Exception):
+class ImageBuildError(FabricQAError):
     """The guest image could not be built; the message names the step and what to check."""
 
 

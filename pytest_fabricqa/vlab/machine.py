@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from pytest_fabricqa.errors import FabricQAError
 from pytest_fabricqa.transport.base import CommandError, CommandResult
 from pytest_fabricqa.vlab import procs
 from pytest_fabricqa.vlab.image import Image, build_image
@@ -93,7 +94,7 @@ INIT_STEPS = {
 }
 
 
-class VlabError(Exception):
+class VlabError(FabricQAError):
     """A lab step failed. ``step`` is one of: image build, qemu start, boot, SSH ready, storage link, rxe."""
 
     def __init__(self, step: str, message: str, console: Path | None = None) -> None:

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_fabricqa.errors import UserError
+
 DEFAULT_MEMORY_MB = 1024
 DEFAULT_CPUS = 1
 # Linux's minimum IPv4 MTU and the largest frame the lab's switch passes (jumbo frames).
@@ -25,7 +27,7 @@ _NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 _DRIVE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,19}$")  # an NVMe serial is at most 20 characters
 
 
-class SpecError(ValueError):
+class SpecError(UserError, ValueError):
     """A virtual-lab spec is invalid; the message names the key and the fix."""
 
 

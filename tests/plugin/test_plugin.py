@@ -142,6 +142,37 @@ def test_a_threshold_pattern_matching_no_workload_stops_the_run(pytester: pytest
     assert "Traceback" not in result.stderr.str()
 
 
+def test_a_user_error_while_running_is_one_line_and_exit_4(pytester: pytest.Pytester) -> None:
+    """A UserError raised by a fixture (here: Oracle credentials missing) is its message, not a traceback;
+    other errors of the package keep pytest's usual report."""
+    pytester.makepyfile(
+        """
+        import pytest
+        from pytest_fabricqa.oracle.sql import OracleConfigError
+        from pytest_fabricqa.transport.base import CommandError, CommandResult
+
+        @pytest.fixture(scope="session")
+        def credentials():
+            raise OracleConfigError("Set the environment variable ORACLE_USER to the Oracle user for +ASM1")
+
+        def test_needs_credentials(credentials):
+            pass
+
+        def test_command_fails():
+            raise CommandError(CommandResult("vstor", ("false",), 1, "", "boom"))
+        """
+    )
+    result = pytester.runpytest_subprocess(f"--lab={LOCAL_LAB}", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    output = result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["*ERROR at setup of test_needs_credentials*", "Set the environment variable ORACLE_USER to the Oracle user*"]
+    )
+    setup_section = output.split("ERROR at setup of test_needs_credentials")[1].split("FAILURES")[0]
+    assert "raise OracleConfigError" not in setup_section  # no traceback for the user's mistake
+    assert "raise CommandError" in output  # a failed command keeps its traceback
+
+
 def test_loads_on_one_target_never_overlap_under_xdist(pytester: pytest.Pytester) -> None:
     """Cases marked loads_target share an xdist group per target host; prerequisite-like cases spread out."""
     pytester.makepyfile(
