@@ -129,6 +129,27 @@ class DirectionStats:
 
 
 @dataclass(frozen=True)
+class SteadyStateStats:
+    """fio's ``steadystate`` block of a job run with ``ss=`` (fio stops the job once the criterion holds).
+
+    ``criterion`` is the figure fio measured, in the unit of ``limit`` (a slope or deviation, percent when the
+    ``ss=`` limit had ``%``); ``iops`` are the per-second IOPS of the last ``ss_dur`` seconds fio judged.
+    """
+
+    spec: str
+    attained: bool
+    duration_s: int
+    criterion: str
+    iops_mean: float = 0.0
+    iops: tuple[float, ...] = ()
+
+    def describe(self) -> str:
+        """``iops_slope:20% not reached (measured 17.9% over the last 2 s)``."""
+        state = "reached" if self.attained else "not reached"
+        return f"{self.spec} {state} (measured {self.criterion} over the last {self.duration_s} s)"
+
+
+@dataclass(frozen=True)
 class JobStats:
     """One entry of fio's ``jobs`` (or ``client_stats``) list.
 
@@ -147,6 +168,7 @@ class JobStats:
     # Set only in client/server output: the server this entry came from.
     hostname: str | None = None
     port: int | None = None
+    steadystate: SteadyStateStats | None = None
 
     def direction(self, name: str) -> DirectionStats:
         """``read`` or ``write``."""

@@ -24,6 +24,7 @@ from pytest_fabricqa.fio.model import (
     FioServer,
     JobStats,
     LatencyHistogram,
+    SteadyStateStats,
     combine_directions,
     cpu_mean,
     options_tuple,
@@ -216,6 +217,26 @@ def _job(entry: Mapping[str, Any]) -> JobStats:
         options=options_tuple(entry.get("job options")),
         hostname=None if hostname is None else str(hostname),
         port=None if port is None else _int(port),
+        steadystate=_steadystate(entry.get("steadystate")),
+    )
+
+
+def _steadystate(block: Any) -> SteadyStateStats | None:
+    if not isinstance(block, Mapping) or "attained" not in block:
+        return None
+    data = block.get("data") if isinstance(block.get("data"), Mapping) else {}
+    assert isinstance(data, Mapping)
+    raw = data.get("iops")
+    iops = tuple(_float(v) for v in raw) if isinstance(raw, list) else ()
+    # fio prints the limit as "iops_slope:20.000000%"; keep what the user wrote ("20%").
+    spec = re.sub(r"(\d+\.\d*?)0+(%?)$", r"\1\2", str(block.get("ss", ""))).replace(".%", "%").rstrip(".")
+    return SteadyStateStats(
+        spec=spec,
+        attained=bool(_int(block.get("attained"))),
+        duration_s=_int(block.get("duration")),
+        criterion=str(block.get("criterion", "")),
+        iops_mean=_float(data.get("iops_mean")),
+        iops=iops,
     )
 
 

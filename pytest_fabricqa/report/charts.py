@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import matplotlib
 
@@ -24,6 +25,7 @@ FAILED = "#c62828"
 INK = "#1f2328"
 MUTED = "#59636e"
 GRID = "#e3e7eb"
+KNEE = "#b26a00"
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class Series:
 
     label: str
     points: tuple[Point, ...]
+    knee: float | None = None
+    """x of the sweep's knee (the last point where IOPS still rose by more than the lab's percentage)."""
 
 
 def _style(ax: Axes) -> None:
@@ -105,6 +109,13 @@ def sweep_chart(
                 ys = [float(getattr(p, attr)) for p in pts]
                 marker = "osD^v<>"[i % 7]
                 panel.plot(xs, ys, color=colour, marker=marker, markersize=4, linewidth=1.6, label=s.label)
+                if attr == "iops" and s.knee is not None:
+                    at = [p for p in pts if p.x == s.knee]
+                    if at:
+                        panel.scatter([s.knee], [float(at[0].iops or 0)], s=110, marker="v", color=KNEE, zorder=6,
+                                      label="_knee")  # fmt: skip
+                        panel.annotate("knee", (s.knee, float(at[0].iops or 0)), textcoords="offset points",
+                                       xytext=(0, 9), ha="center", fontsize=8, color=KNEE)  # fmt: skip
                 bad = [(p.x, float(getattr(p, attr))) for p in pts if p.failed]
                 if bad:
                     panel.scatter(
@@ -267,3 +278,91 @@ def case_chart(
         fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
         plt.close(fig)
     return _inline(buffer.getvalue(), chart_id)
+
+
+def _svg(fig: Any, chart_id: str) -> str:
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
+    plt.close(fig)
+    return _inline(buffer.getvalue(), chart_id)
+
+
+_RC: dict[str, Any] = {"svg.fonttype": "none", "font.size": 9, "axes.labelcolor": MUTED, "axes.labelsize": 8.5}
+
+
+def _rc(chart_id: str) -> Any:
+    return {**_RC, "svg.hashsalt": chart_id}
+
+
+def timeseries_chart(
+    hosts: Mapping[str, Sequence[tuple[float, float | None, float | None]]],
+    cluster: Sequence[tuple[float, float | None, float | None]],
+    *,
+    chart_id: str,
+) -> str | None:
+    """IOPS and p99 latency over time: one line per host and the cluster (IOPS summed, p99 from the hosts'
+    summed histogram bins). Points are (seconds, IOPS, p99 µs). None when there is nothing to draw."""
+    lines = [(name, pts) for name, pts in hosts.items() if pts]
+    if cluster and len(lines) > 1:
+        lines.append(("all hosts", cluster))
+    if not lines:
+        return None
+    with plt.rc_context(_rc(chart_id)):
+        fig, axes = plt.subplots(1, 2, figsize=(9.6, 2.8), squeeze=False)
+        for panel, index, title in ((axes[0][0], 1, "IOPS over time"), (axes[0][1], 2, "p99 latency (µs) over time")):
+            _style(panel)
+            panel.set_title(title, loc="left", fontsize=10, fontweight="bold", color=INK)
+            panel.set_xlabel("seconds since the measured window started")
+            for i, (name, pts) in enumerate(lines):
+                xy = [(p[0], p[index]) for p in pts if p[index] is not None]
+                if not xy:
+                    continue
+                total = name == "all hosts"
+                panel.plot([x for x, _ in xy], [float(y) for _, y in xy], label=name,  # type: ignore[arg-type]
+                           color=INK if total else SHADES[(i + 1) % len(SHADES)],
+                           linewidth=2.0 if total else 1.3, linestyle="-" if total else "--")  # fmt: skip
+            if index == 1:
+                panel.set_ylim(bottom=0)
+            panel.yaxis.set_major_formatter(FuncFormatter(_thousands))
+        axes[0][0].legend(frameon=False, fontsize=8, labelcolor=MUTED)
+        fig.tight_layout(w_pad=3.0)
+        return _svg(fig, chart_id)
+
+
+def scaling_chart(
+    points: Sequence[tuple[int, float, float | None, float | None]],
+    *,
+    min_efficiency: float | None = None,
+    chart_id: str,
+) -> str:
+    """Seed 003's question at a glance: IOPS against initiators with the linear ideal, and the scaling
+    efficiency per step (with the lab's minimum). Points are (n, IOPS, p99 µs, efficiency)."""
+    if not points:
+        raise ValueError("nothing to draw: no scaling steps")
+    with plt.rc_context(_rc(chart_id)):
+        fig, axes = plt.subplots(1, 2, figsize=(9.6, 2.8), squeeze=False)
+        iops_panel, eff_panel = axes[0]
+        ns = [p[0] for p in points]
+        for panel in (iops_panel, eff_panel):
+            _style(panel)
+            panel.set_xlabel("initiators")
+            panel.set_xticks(ns)
+        iops_panel.set_title("IOPS", loc="left", fontsize=10, fontweight="bold", color=INK)
+        iops_panel.plot(ns, [p[1] for p in points], color=SHADES[0], marker="o", markersize=4, linewidth=1.6,
+                        label="measured")  # fmt: skip
+        iops_panel.plot(ns, [n * points[0][1] for n in ns], color=MUTED, linestyle=":", linewidth=1.2,
+                        label="linear")  # fmt: skip
+        iops_panel.set_ylim(bottom=0)
+        iops_panel.yaxis.set_major_formatter(FuncFormatter(_thousands))
+        iops_panel.legend(frameon=False, fontsize=8, labelcolor=MUTED)
+        eff_panel.set_title("scaling efficiency", loc="left", fontsize=10, fontweight="bold", color=INK)
+        effs = [(p[0], p[3]) for p in points if p[3] is not None]
+        eff_panel.plot([n for n, _ in effs], [float(e) for _, e in effs], color=SHADES[1], marker="s",
+                       markersize=4, linewidth=1.6)  # fmt: skip
+        if min_efficiency is not None:
+            eff_panel.axhline(min_efficiency, color=FAILED, linestyle="--", linewidth=1.0)
+            eff_panel.annotate(f"minimum {min_efficiency:g}", (ns[0], min_efficiency), textcoords="offset points",
+                               xytext=(2, 4), fontsize=8, color=FAILED)  # fmt: skip
+        eff_panel.set_ylim(0, max(1.1, *(float(e) for _, e in effs)) if effs else 1.1)
+        fig.tight_layout(w_pad=3.0)
+        return _svg(fig, chart_id)
