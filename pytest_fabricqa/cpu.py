@@ -105,3 +105,33 @@ def cpu_usage(before: CpuTimes, after: CpuTimes) -> CpuUsage:
 def read_cpu_times(host: Host) -> CpuTimes:
     """Take a /proc/stat snapshot on ``host``."""
     return parse_proc_stat(host.run(["cat", "/proc/stat"]).stdout)
+
+
+# Started on the target with a run: the aggregate cpu line of /proc/stat now and then every INTERVAL seconds,
+# COUNT more times. Sampling alongside fio (one command, in parallel) replaces a read before and one after it.
+_SAMPLER_SCRIPT = """n=$1; i=0
+while :; do head -n 1 /proc/stat; [ "$i" -ge "$n" ] && break; sleep "$2"; i=$((i + 1)); done
+"""
+
+
+def sampler_argv(seconds: int, *, interval: int = 1) -> list[str]:
+    """A command printing the ``cpu`` line of /proc/stat every ``interval`` seconds for ``seconds`` seconds."""
+    if seconds < 1 or interval < 1:
+        raise ValueError("a CPU sampler runs for at least 1 second, at least 1 second apart")
+    count = -(-seconds // interval)
+    return ["sh", "-c", _SAMPLER_SCRIPT, "sh", str(count), str(interval)]
+
+
+def parse_samples(stdout: str) -> list[CpuTimes]:
+    """The sampler's snapshots, in order (each an aggregate ``cpu`` line)."""
+    return [parse_proc_stat(line) for line in stdout.splitlines() if line.startswith("cpu ")]
+
+
+def window_usage(samples: list[CpuTimes], start_s: int, end_s: int, *, interval: int = 1) -> CpuUsage:
+    """CPU use between the snapshots taken ``start_s`` and ``end_s`` seconds after the sampler started (the
+    last snapshot when the sampler stopped earlier). ProcStatError when fewer than two snapshots exist."""
+    if len(samples) < 2:
+        raise ProcStatError(f"the CPU sampler took {len(samples)} snapshot(s); two are needed")
+    first = min(start_s // interval, len(samples) - 2)
+    last = min(max(end_s // interval, first + 1), len(samples) - 1)
+    return cpu_usage(samples[first], samples[last])

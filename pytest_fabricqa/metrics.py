@@ -34,6 +34,10 @@ class Metric:
     """The lab file's limit on it (``thresholds: ... {max_p99_us: 2000}``); None when it cannot be limited."""
     default_tolerance_pct: float | None = None
     """Percent it may move in its bad direction against a baseline before the case fails; None: not gated."""
+    gate: Literal["figure", "spread", "scaling"] = "figure"
+    """Who checks its threshold: ``figure``, the per-case limit check (:func:`thresholds.violations`);
+    ``spread``, the samples check over every spread figure (:func:`spread.rsd_violations`); ``scaling``, the
+    scaling run per step (:func:`scaling.efficiency_violations`)."""
 
     @property
     def tolerance_key(self) -> str:
@@ -80,6 +84,30 @@ _ALL: tuple[Metric, ...] = (
     Metric("target_cpu_sys_pct", "target CPU sys (%)", "%", False, False, phrase="target CPU sys "),
     Metric("fabric_efficiency", "fabric / local IOPS", "", True, False, phrase="fabric/local IOPS ", decimals=2),
     Metric("link_utilisation", "link utilisation", "", True, False, phrase="link utilisation ", decimals=2),
+    # The relative standard deviation of IOPS across a point's samples (or, with one sample, across its
+    # time-series windows); max_rsd_pct limits the RSD of every spread figure (spread.SPREAD_METRICS).
+    Metric(
+        "iops_rsd_pct",
+        "IOPS spread (RSD %)",
+        "%",
+        False,
+        False,
+        phrase="IOPS spread ",
+        threshold_key="max_rsd_pct",
+        gate="spread",
+    ),
+    # IOPS(n) / (n x IOPS(1)) at the largest n of a scaling run (seed 003).
+    Metric(
+        "scaling_efficiency",
+        "scaling efficiency",
+        "",
+        True,
+        False,
+        phrase="scaling efficiency ",
+        decimals=2,
+        threshold_key="min_scaling_efficiency",
+        gate="scaling",
+    ),
 )
 
 #: Every metric by name, in report order.

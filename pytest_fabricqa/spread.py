@@ -80,18 +80,27 @@ def summarise(samples: Sequence[Mapping[str, float]]) -> tuple[dict[str, float],
     return means, spreads
 
 
-def rsd_violations(spreads: Mapping[str, Spread], max_rsd_pct: float | None, *, label: str = "") -> list[str]:
-    """One sentence per figure whose RSD is above ``max_rsd_pct`` (nothing to check with one sample)."""
+def rsd_violations(
+    spreads: Mapping[str, Spread], max_rsd_pct: float | None, *, label: str = "", basis: str = "samples"
+) -> list[str]:
+    """One sentence per figure whose RSD is above ``max_rsd_pct``; ``basis`` names what the values are
+    (``samples``, or ``1-s windows`` of one run). With a limit but fewer than two values, one sentence saying
+    the spread could not be checked (a case cannot pass a check nobody could make)."""
     if max_rsd_pct is None:
         return []
     prefix = f"{label}: " if label else ""
+    if not any(s.n >= 2 for s in spreads.values()):
+        return [
+            f"{prefix}the spread was not measured (one sample), so the maximum of {max_rsd_pct:g}% RSD could not be "
+            "checked; run 2 or more samples (workloads.samples or --fio-samples)"
+        ]
     found = []
     for name in SPREAD_METRICS:
         s = spreads.get(name)
         if s is None or s.n < 2 or s.rsd_pct <= max_rsd_pct:
             continue
         found.append(
-            f"{prefix}{SPREAD_LABELS[name]} varied by {s.rsd_pct:.1f}% RSD over {s.n} samples "
+            f"{prefix}{SPREAD_LABELS[name]} varied by {s.rsd_pct:.1f}% RSD over {s.n} {basis} "
             f"(mean {s.mean:,.1f}, standard deviation {s.stdev:,.1f}), above the maximum of {max_rsd_pct:g}% RSD"
         )
     return found

@@ -63,6 +63,8 @@ class Thresholds(BaseModel):
     max_lat_mean_us: float | None = None
     max_p99_us: float | None = None
     max_p999_us: float | None = None
+    max_rsd_pct: float | None = None
+    min_scaling_efficiency: float | None = None
 
     @field_validator("*", mode="before")
     @classmethod
@@ -118,8 +120,8 @@ def violations(figures: Mapping[str, float], thresholds: Thresholds, *, label: s
     found: list[str] = []
     for key, metric in THRESHOLD_KEYS.items():
         limit = getattr(thresholds, key)
-        if limit is None:
-            continue
+        if limit is None or metric.gate != "figure":
+            continue  # spread and scaling limits are checked by their own runs (see Metric.gate)
         figure, kind, what, unit, decimals = metric.name, metric.bound, metric.phrase, metric.unit, metric.decimals
         bound = "minimum" if kind == "min" else "maximum"
         value = figures.get(figure)

@@ -116,8 +116,16 @@ def fio_argv(
     return argv
 
 
-def job_file(workload: Workload, devices: Sequence[str], *, group_reporting: bool = True, prefix: str = "") -> str:
-    """A job file running ``workload`` on every device: a ``[global]`` section, one section per device.
+def job_file(
+    workload: Workload,
+    devices: Sequence[str],
+    *,
+    group_reporting: bool = True,
+    prefix: str = "",
+    options: Sequence[tuple[str, str]] = (),
+) -> str:
+    """A job file running ``workload`` on every device: a ``[global]`` section (with ``options`` last), one
+    section per device.
 
     It never says ``readonly`` (fio rejects that in a job file): pass ``readonly=not workload.writes`` to
     :func:`client_argv`, which puts ``--readonly`` on the command line.
@@ -126,6 +134,10 @@ def job_file(workload: Workload, devices: Sequence[str], *, group_reporting: boo
     lines = [f"; pytest-fabricqa workload {workload.name}", "[global]"]
     lines.extend(f"{name}={value}" if value else name for name, value in
                  _workload_options(workload, group_reporting=group_reporting))  # fmt: skip
+    for name, value in options:
+        if "\n" in name or "\n" in value or "\r" in value:
+            raise ValueError(f"job file option {name!r} must be one line")
+        lines.append(f"{name}={value}" if value else name)
     for name, device in zip(job_names(devices, prefix=prefix), devices, strict=True):
         lines.extend(("", f"[{name}]", f"filename={device}"))
     return "\n".join(lines) + "\n"
@@ -207,6 +219,60 @@ def result_or_raise(command: CommandResult) -> FioResult:
     return result
 
 
+# One round trip per run: the controller writes each server's job file into a fresh folder, runs the fio client
+# there (its logs land beside the job files), prints fio's output, then every log after a marker line, and
+# removes the folder. Fixed text: the folder base, the job files (name, text) and fio's argv arrive as "$@".
+_CLIENT_SCRIPT = """set -u
+dir=$(mktemp -d "$1/fabricqa-fio.XXXXXX") || exit 125
+shift
+trap 'rm -rf "$dir"' EXIT
+n=$1; shift
+while [ "$n" -gt 0 ]; do printf '%s' "$2" >"$dir/$1" || exit 125; shift 2; n=$((n - 1)); done
+cd "$dir" || exit 125
+"$@"
+rc=$?
+for f in *.log.*; do
+  [ -e "$f" ] || continue
+  printf '\\n%s %s\\n' '@@fabricqa-log' "$f"
+  cat "$f"
+done
+exit $rc
+"""
+LOG_MARKER = "\n@@fabricqa-log "
+
+
+def client_script_argv(
+    files: Sequence[tuple[str, str]], fio_argv: Sequence[str], *, workdir: str = "/tmp"
+) -> list[str]:
+    """``sh -c SCRIPT``: write ``files`` (name, text) into a fresh folder under ``workdir``, run ``fio_argv``
+    there, print its output and then each log file fio's client wrote, remove the folder; exit as fio did."""
+    for name, _ in files:
+        if not name or "/" in name or name.startswith(".") or _UNSAFE_NAME_CHARS.search(name):
+            raise ValueError(f"not a plain job file name: {name!r}")
+    argv = ["sh", "-c", _CLIENT_SCRIPT, "sh", workdir, str(len(files))]
+    for name, text in files:
+        argv.extend((name, text))
+    argv.extend(fio_argv)
+    return argv
+
+
+def split_logs(stdout: str) -> tuple[str, dict[str, str]]:
+    """fio's own output, and the log files the client script printed after it (file name -> text)."""
+    head, marker, rest = stdout.partition(LOG_MARKER)
+    logs: dict[str, str] = {}
+    if not marker:
+        return stdout, logs
+    for chunk in (LOG_MARKER + rest).split(LOG_MARKER)[1:]:
+        name, _, text = chunk.partition("\n")
+        logs[name.strip()] = text
+    return head, logs
+
+
+def log_prefix(server: FioServer) -> str:
+    """The ``write_*_log`` prefix of one server's job file: its lab host name, made safe for a file name."""
+    return _UNSAFE_NAME_CHARS.sub("_", server.name)
+
+
 def run_fio_clients(
     controller: Host,
     jobs: Sequence[tuple[FioServer, Sequence[str]]],
@@ -217,23 +283,39 @@ def run_fio_clients(
     output_format: str = DEFAULT_OUTPUT_FORMAT,
     group_reporting: bool = True,
     timeout: float | None = None,
+    options: Sequence[tuple[str, str]] = (),
+    logs: tuple[int, int] | None = None,
 ) -> ClientServerResult:
-    """Run ``workload`` on every server's devices at once, from a fio client on ``controller``.
+    """Run ``workload`` on every server's devices at once, from a fio client on ``controller``, in one command.
 
-    The servers must already run ``fio --server`` (:func:`server_argv`). Each server's job file is
-    written to ``workdir`` on the controller (``tee``, the text on stdin) and named after server and
-    workload. Raises :class:`FioError` when fio fails or any job on any server ends with an error.
+    The servers must already run ``fio --server`` (:func:`server_argv`). Each server's job file carries
+    ``options`` (steady-state detection, say) and, when ``logs`` is (log_avg_msec, log_hist_msec), the IOPS,
+    latency and histogram logs under the server's lab name (:func:`log_prefix`); the files travel inside the
+    command (:func:`client_script_argv`) and the logs come back in ``result.logs``. Raises :class:`FioError`
+    when fio fails or any job on any server ends with an error.
     """
+    from pytest_fabricqa.fio.logs import log_options
+
+    files: list[tuple[str, str]] = []
     clients: list[tuple[FioServer, str]] = []
     for server, devices in jobs:
-        text = job_file(workload, devices, group_reporting=group_reporting, prefix=f"{server.name}.")
-        safe = _UNSAFE_NAME_CHARS.sub("_", f"fabricqa-{server.name}-{workload.name}.fio")
-        path = posixpath.join(workdir, safe)
-        controller.run(["tee", path], stdin=text)
-        clients.append((server, path))
+        extra = list(options)
+        if logs is not None:
+            extra.extend(log_options(log_prefix(server), avg_msec=logs[0], hist_msec=logs[1]))
+        text = job_file(workload, devices, group_reporting=group_reporting, prefix=f"{server.name}.", options=extra)
+        name = _UNSAFE_NAME_CHARS.sub("_", f"fabricqa-{server.name}-{workload.name}.fio")
+        files.append((name, text))
+        clients.append((server, name))
     argv = client_argv(clients, readonly=not workload.writes, fio=fio, output_format=output_format)
-    command = controller.run(argv, check=False, timeout=fio_timeout(workload) if timeout is None else timeout)
-    return client_result_or_raise(command, servers=[server for server, _ in jobs])
+    command = controller.run(
+        client_script_argv(files, argv, workdir=workdir),
+        check=False,
+        timeout=fio_timeout(workload) if timeout is None else timeout,
+    )
+    output, log_files = split_logs(command.stdout)
+    command = dataclasses.replace(command, stdout=output)
+    result = client_result_or_raise(command, servers=[server for server, _ in jobs])
+    return dataclasses.replace(result, logs=log_files)
 
 
 def client_result_or_raise(command: CommandResult, *, servers: Sequence[FioServer] = ()) -> ClientServerResult:

@@ -253,6 +253,8 @@ class ClientServerResult:
     total: FioResult
     notes: tuple[str, ...] = field(default=())
     raw_output: str = field(default="", repr=False, compare=False)
+    # The time-series logs fio's client wrote (file name -> text), when the run asked for them.
+    logs: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def host(self, name: str) -> FioResult:
         """The figures of the server called ``name`` (KeyError naming the known hosts if absent)."""

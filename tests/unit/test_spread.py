@@ -49,8 +49,11 @@ def test_rsd_gate_fires_above_the_limit_and_names_figure_limit_and_samples() -> 
     assert "over 3 samples" in problems[0] and "above the maximum of 10% RSD" in problems[0]
     assert rsd_violations(spreads, 50.0) == []
     assert rsd_violations(spreads, None) == []
-    # One sample has no spread to gate, whatever the limit.
-    assert rsd_violations(summarise([{"iops": 5.0}])[1], 0.001) == []
+    # One sample has no spread: a limit cannot be checked, and says so.
+    (unchecked,) = rsd_violations(summarise([{"iops": 5.0}])[1], 10.0)
+    assert "not measured (one sample)" in unchecked and "--fio-samples" in unchecked
+    assert rsd_violations(summarise([{"iops": 5.0}])[1], None) == []
+    assert "over 3 1-s windows" in rsd_violations(spreads, 10.0, basis="1-s windows")[0]
 
 
 def test_pts_rule_accepts_a_flat_window_and_refuses_range_and_slope() -> None:

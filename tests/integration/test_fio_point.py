@@ -1,0 +1,79 @@
+"""One point, for real: two ``fio --server`` on loopback (127.0.0.1 and 127.0.0.2), the client run through the
+local transport, counted. Proves the one-command client script (job files in, logs back), the time series built
+from the logs it returned, samples, and the target CPU sampler running alongside."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_fabricqa.fio import FioServer, server_argv, server_stop_argv
+from pytest_fabricqa.measure import MeasurePlan, SeriesPlan, run_point, write_logs
+from pytest_fabricqa.spread import SamplingPlan
+from pytest_fabricqa.transport.counting import CountingHost, round_trips
+from pytest_fabricqa.transport.local import LocalHost
+from pytest_fabricqa.workloads import make_workload
+
+pytestmark = pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
+
+
+def _free_port(address: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((address, 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[FioServer], list[Path]]]:
+    folder = tmp_path_factory.mktemp("fio")
+    started: list[tuple[FioServer, str]] = []
+    files = []
+    try:
+        for index, address in enumerate(("127.0.0.1", "127.0.0.2"), 1):
+            server = FioServer(f"node{index}", address, _free_port(address))
+            pidfile = str(folder / f"server{index}.pid")
+            subprocess.run(server_argv(address=address, port=server.port, pidfile=pidfile), check=True)
+            started.append((server, pidfile))
+            image = folder / f"node{index}.img"
+            subprocess.run(["fallocate", "-l", "64M", str(image)], check=True)
+            files.append(image)
+        time.sleep(0.5)
+        yield [s for s, _ in started], files
+    finally:
+        for _, pidfile in started:
+            subprocess.run(server_stop_argv(pidfile), check=False)
+
+
+def test_a_point_is_one_command_with_logs_and_the_target_sampled_alongside(
+    servers: tuple[list[FioServer], list[Path]], tmp_path: Path
+) -> None:
+    fio_servers, images = servers
+    log: list = []
+    controller = CountingHost(LocalHost("node1"), log)
+    target = CountingHost(LocalHost("target"), log)
+    workload = make_workload("randread", "4k", iodepth=4, runtime=2, ramp_time=1)
+    plan = MeasurePlan(SamplingPlan(2), SeriesPlan(500))
+    jobs = [(server, [str(image)]) for server, image in zip(fio_servers, images, strict=True)]
+    point = run_point(controller, jobs, workload, plan, target=target, workdir=str(tmp_path))
+
+    # Per round: the fio client (job files and logs inside it) and the sampler, at the same time.
+    assert len(log) == 4 and {c.host for c in log} == {"node1", "target"}
+    assert round_trips(log) == 2  # one wait per round, the sampler overlapping the fio run
+    assert list(tmp_path.iterdir()) == []  # the script removed its folder
+
+    assert set(point.hosts) == {"node1", "node2"}
+    assert point.figures["iops"] > 0 and "target_cpu_sys_pct" in point.figures
+    assert point.rounds.spreads["iops"].n == 2 and point.spread_basis == "samples"
+    assert "iops_rsd_pct" in point.figures
+    assert point.series is not None and set(point.series.hosts) == {"node1", "node2"}
+    assert point.series.cluster and all(w.p99_us for w in point.series.cluster)
+    assert any(name.endswith(".log.127.0.0.2") for name in point.last.logs)
+    kept = write_logs(tmp_path / "logs", point.last.logs)
+    assert kept and all(p.read_text() for p in kept)
+    assert point.problems == ()
