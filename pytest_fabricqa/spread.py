@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_fabricqa.errors import UserError
 from pytest_fabricqa.fio.model import ClientServerResult, FioResult
 
 # The figures whose spread a case reports and gates, in report order.
@@ -39,7 +40,7 @@ PTS_MAX_ROUNDS = 25
 DEFAULT_SS = "iops_slope:10%"
 
 
-class SamplingError(ValueError):
+class SamplingError(UserError, ValueError):
     """The lab file's ``workloads.samples`` or ``workloads.steady_state`` is invalid; the message names the key."""
 
 

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_fabricqa.errors import FabricQAError
 from pytest_fabricqa.fio.model import LatencyHistogram
 
 # fio's stat.h: FIO_IO_U_PLAT_BITS 6, FIO_IO_U_PLAT_VAL 64, FIO_IO_U_PLAT_GROUP_NR 29.
@@ -49,7 +50,7 @@ _LOG_NAME = re.compile(
 )
 
 
-class LogError(ValueError):
+class LogError(FabricQAError, ValueError):
     """A log file is not what fio writes (wrong column count, not numbers, unknown name)."""
 
 

@@ -15,6 +15,7 @@ USER_ERRORS = {
     "MatrixError",
     "OracleConfigError",
     "ResultsFileError",
+    "SamplingError",
     "SavedConfigError",
     "SpecError",
     "ThresholdError",
