@@ -1,8 +1,10 @@
 """Oracle RAC: the database's view of the storage, before and after the I/O (seed 000).
 
 Runs only when the lab declares a ``database`` (a live Oracle RAC); otherwise these cases are deselected and the
-run says plainly that the Oracle checks were not exercised. ASM health is read with python-oracledb (thin mode,
-SYSASM) or, when the lab names ``asmcmd``, with asmcmd over SSH; CALIBRATE_IO runs as SYSDBA.
+run says plainly that the Oracle checks were not exercised. ASM health is read with python-oracledb (thin mode by
+default, thick with ``driver_mode: thick``; SYSASM) or, when the lab names ``asmcmd``, with asmcmd over SSH;
+CALIBRATE_IO runs as SYSDBA. Group-0 rows of the lab's devices are read too: a member whose header the I/O
+overwrote leaves its group for group 0, and that is the damage seed 000 suffered.
 """
 
 from __future__ import annotations
@@ -25,19 +27,34 @@ _BEFORE: dict[str, Snapshot] = {}
 
 @pytest.fixture(scope="session")
 def oracle(lab: LabModel) -> OracleSettings:
-    """The lab's ``database`` section."""
+    """The lab's ``database`` section, with python-oracledb in the driver mode it names (thin by default)."""
     assert lab.database is not None
+    if lab.database.driver_mode == "thick":
+        from pytest_fabricqa.oracle.sql import OracleConfigError, init_driver
+
+        try:
+            init_driver(lab.database.driver_mode, lab.database.lib_dir)
+        except OracleConfigError as exc:
+            pytest.fail(str(exc), pytrace=False)
     return lab.database
+
+
+def _watched_paths(oracle: OracleSettings) -> list[str]:
+    """The lab's devices as ASM sees them, and every member path the "before" snapshot saw."""
+    before = _BEFORE.get("snapshot", {}).get("disks", [])
+    members = [str(r.get("PATH") or "") for r in before if r.get("GROUP_NUMBER")]
+    return list(dict.fromkeys([*oracle.disk_paths, *(p for p in members if p)]))
 
 
 @pytest.fixture(scope="session")
 def asm_snapshot(oracle: OracleSettings, lab_hosts: dict[str, Host]) -> Callable[[], Snapshot]:
-    """A function that reads GV$ASM_DISKGROUP/DISK/OPERATION now (SQL as SYSASM, or asmcmd over SSH)."""
+    """A function that reads GV$ASM_DISKGROUP/DISK/OPERATION now (SQL as SYSASM, or asmcmd over SSH), with the
+    group-0 rows of the lab's devices."""
     if oracle.asmcmd is not None and oracle.asm is None:
         from pytest_fabricqa.oracle.asmcmd import Asmcmd
 
         reader = Asmcmd(lab_hosts[oracle.asmcmd.host], oracle.asmcmd)
-        return lambda: reader.snapshot(oracle.diskgroups)
+        return lambda: reader.snapshot(oracle.diskgroups, _watched_paths(oracle))
     from pytest_fabricqa.oracle.sql import connect, read_asm_snapshot
 
     assert oracle.asm is not None
@@ -45,7 +62,7 @@ def asm_snapshot(oracle: OracleSettings, lab_hosts: dict[str, Host]) -> Callable
     def read() -> Snapshot:
         connection = connect(oracle.asm)  # type: ignore[arg-type]
         try:
-            return read_asm_snapshot(connection)
+            return read_asm_snapshot(connection, _watched_paths(oracle))
         finally:
             connection.close()
 
@@ -54,7 +71,8 @@ def asm_snapshot(oracle: OracleSettings, lab_hosts: dict[str, Host]) -> Callable
 
 @pytest.mark.fabricqa_phase("before")
 def test_asm_healthy_before_io(oracle: OracleSettings, asm_snapshot: Callable[[], Snapshot]) -> None:
-    """Every expected disk group is mounted on every instance with all disks online, before any fio case."""
+    """Every expected disk group is mounted on every instance with all disks online and no rebalance running,
+    before any fio case (figures taken during a rebalance are no baseline)."""
     snapshot = asm_snapshot()
     _BEFORE["snapshot"] = snapshot
     verdict = check_asm_health(
@@ -63,13 +81,16 @@ def test_asm_healthy_before_io(oracle: OracleSettings, asm_snapshot: Callable[[]
         snapshot["operations"],
         expected=oracle.diskgroups,
         instances=oracle.instances,
+        lab_paths=oracle.disk_paths,
+        baseline=True,
     )
     assert not verdict.failed, "\n".join(verdict.messages())
 
 
 @pytest.mark.fabricqa_phase("after")
 def test_asm_healthy_after_io(oracle: OracleSettings, asm_snapshot: Callable[[], Snapshot]) -> None:
-    """After the fio cases: still healthy, and READ_ERRS/WRITE_ERRS did not grow during the run."""
+    """After the fio cases: still healthy, the same disks and TOTAL_MB per group, no lab device fallen into group 0,
+    and READ_ERRS/WRITE_ERRS did not grow during the run."""
     snapshot = asm_snapshot()
     before = _BEFORE.get("snapshot")
     verdict = check_asm_health(
@@ -79,6 +100,8 @@ def test_asm_healthy_after_io(oracle: OracleSettings, asm_snapshot: Callable[[],
         expected=oracle.diskgroups,
         instances=oracle.instances,
         before_disks=before["disks"] if before else None,
+        before_diskgroups=before["diskgroups"] if before else None,
+        lab_paths=oracle.disk_paths,
     )
     assert not verdict.failed, "\n".join(verdict.messages())
 

@@ -163,10 +163,24 @@ class Asmcmd:
         """``lsop``: V$ASM_OPERATION rows, keyed by GROUP_NAME."""
         return self.table("lsop")
 
-    def snapshot(self, diskgroups: Sequence[str]) -> dict[str, list[Row]]:
+    def group_zero(self, paths: Sequence[str]) -> list[Row]:
+        """``lsdsk -g --discovery -p``: the group-0 rows (discovered, in no mounted group) of ``paths``.
+
+        ``--discovery`` reads V$ASM_DISK, which discovers disks, instead of V$ASM_DISK_STAT, which lists only
+        members: a disk whose header was overwritten shows only there.
+        """
+        wanted = set(paths)
+        return [
+            row
+            for row in self.table("lsdsk", "-g", "--discovery", "-p")
+            if row.get("GROUP_NUMBER") == 0 and str(row.get("PATH", "")) in wanted
+        ]
+
+    def snapshot(self, diskgroups: Sequence[str], paths: Sequence[str] = ()) -> dict[str, list[Row]]:
         """Disk groups, disks and operations shaped like :func:`pytest_fabricqa.oracle.sql.read_asm_snapshot`.
 
-        lsdg prints no group number, so each disk group row takes the GROUP_NUMBER its disks report.
+        lsdg prints no group number, so each disk group row takes the GROUP_NUMBER its disks report. ``paths``
+        are the lab's devices as ASM sees them: their group-0 rows are added to the disks.
         """
         groups = self.diskgroups()
         disks: list[Row] = []
@@ -180,4 +194,6 @@ class Asmcmd:
                 for inst, number in numbers:
                     if inst == group.get("INST_ID") or inst is None:
                         group["GROUP_NUMBER"] = number
+        if paths:
+            disks.extend(self.group_zero(paths))
         return {"diskgroups": groups, "disks": disks, "operations": self.operations()}

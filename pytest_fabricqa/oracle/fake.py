@@ -54,6 +54,7 @@ class FakeCursor:
     def execute(self, statement: str, parameters: Any = None) -> None:
         """Answer ``statement`` from the first canned result whose fragment it contains."""
         self._connection.executed.append(" ".join(statement.split()))
+        self._connection.binds.append(dict(parameters or {}))
         answer = self._connection.answer(statement)
         if isinstance(answer, BaseException):
             raise answer
@@ -98,6 +99,7 @@ class FakeConnection:
     call_timeout: int = 0
     closed: bool = False
     executed: list[str] = field(default_factory=list)
+    binds: list[dict[str, Any]] = field(default_factory=list)
     calls: list[tuple[str, tuple[Any, ...], int]] = field(default_factory=list)
 
     def answer(self, statement: str) -> FakeResult | BaseException:

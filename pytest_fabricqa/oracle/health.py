@@ -52,6 +52,10 @@ _SOFT_DISK_STATES = frozenset({"ADDING", "DROPPING"})
 # States of an operation that is still working on the group (a rebalance skews any I/O measurement).
 _ACTIVE_OPERATION_STATES = frozenset({"WAIT", "EST", "RUN", "REAP"})
 _FAILED_OPERATION_STATES = frozenset({"ERRS", "ERRORS"})
+# HEADER_STATUS of a discovered disk in group 0 whose header no longer names a disk group: CANDIDATE (no ASM
+# header at all: overwritten or never written), FORMER (a clean drop), PROVISIONED (an ASMLib/AFD label only).
+# A member whose header a raw-device write destroyed shows exactly so (seed 000).
+LOST_HEADER_STATUSES = ("CANDIDATE", "FORMER", "PROVISIONED")
 
 
 class Severity(enum.Enum):
@@ -149,14 +153,24 @@ def check_asm_health(
     instances: Collection[int] | None = None,
     view: View = "asm",
     before_disks: Sequence[Row] | None = None,
+    before_diskgroups: Sequence[Row] | None = None,
+    lab_paths: Collection[str] = (),
+    baseline: bool = False,
 ) -> HealthVerdict:
     """Judge the health of the ``expected`` disk groups from GV$ASM_* rows.
 
     ``view`` says where the rows were read: ``"asm"`` (an ASM instance, where MOUNTED/CACHED are normal)
     or ``"database"`` (a database instance, where CONNECTED/OPENED are normal and HEADER_STATUS may read
     UNKNOWN because the instance never reads disk headers). ``instances`` are the INST_IDs every disk
-    group must be seen on; when None, every INST_ID present in the rows. ``before_disks``, when given,
-    is an earlier GV$ASM_DISK snapshot: READ_ERRS and WRITE_ERRS must not have grown since.
+    group must be seen on; when None, every INST_ID present in the rows.
+
+    ``before_disks`` and ``before_diskgroups``, when given, are the snapshot taken before the I/O: READ_ERRS and
+    WRITE_ERRS must not have grown since, each expected group keeps its disk count and TOTAL_MB, and a disk that
+    was a member then and shows in group 0 now with a lost header (:data:`LOST_HEADER_STATUSES`) left its group
+    during the run. ``lab_paths`` are the PATHs ASM sees for the lab's devices: a group-0 row of one of them is
+    reported even without a before snapshot. ``baseline`` marks the snapshot taken before the I/O: an operation
+    still running on an expected group then fails the phase (figures measured during a rebalance are no
+    baseline), where afterwards it is only a warning.
     """
     problems: list[Problem] = []
     wanted = {name.strip().upper() for name in expected}
@@ -207,13 +221,24 @@ def check_asm_health(
         group = _member_of(row, group_names) or "?"
         problems.extend(_disk_problems(row, group, _inst(row), normal_mount, view))
 
+    before_names = dict(group_names)
+    for row in before_diskgroups or ():
+        number = _int(row, "GROUP_NUMBER")
+        if number is not None:
+            before_names[(_inst(row), number)] = _name(row).upper()
+    before_members = [r for r in before_disks or () if _member_of(r, before_names) in wanted]
+
     if before_disks is not None:
         problems.extend(_error_counter_problems(before_disks, members, group_names))
+        problems.extend(_size_problems(before_members, members, before_names, group_names, wanted))
+    if before_diskgroups is not None:
+        problems.extend(_total_mb_problems(before_diskgroups, diskgroups, wanted))
+    problems.extend(_group_zero_problems(disks, before_members, before_names, lab_paths))
 
     for row in operations:
         operation_group = _operation_group(row, group_names)
         if operation_group is not None and operation_group in wanted:
-            problems.extend(_operation_problems(row, operation_group, _inst(row)))
+            problems.extend(_operation_problems(row, operation_group, _inst(row), baseline))
 
     return HealthVerdict(tuple(problems))
 
@@ -347,7 +372,99 @@ def _error_counter_problems(
                 )
 
 
-def _operation_problems(row: Row, group: str, inst: int) -> Iterable[Problem]:
+def _path(row: Row) -> str:
+    return _name(row, "PATH")
+
+
+def _size_problems(
+    before: Sequence[Row],
+    after: Sequence[Row],
+    before_names: Mapping[tuple[int, int], str],
+    group_names: Mapping[tuple[int, int], str],
+    wanted: Collection[str],
+) -> Iterable[Problem]:
+    def counts(rows: Sequence[Row], names: Mapping[tuple[int, int], str]) -> dict[tuple[str, int], int]:
+        out: dict[tuple[str, int], int] = {}
+        for row in rows:
+            key = (_member_of(row, names) or "?", _inst(row))
+            out[key] = out.get(key, 0) + 1
+        return out
+
+    earlier, now = counts(before, before_names), counts(after, group_names)
+    for group, inst in sorted(earlier):
+        old, new = earlier[(group, inst)], now.get((group, inst), 0)
+        if new == old or group not in wanted:
+            continue
+        severity = Severity.HARD if new < old else Severity.SOFT
+        yield Problem(
+            severity,
+            "diskgroup-disk-count",
+            f"Disk group {group} on instance {inst} had {old} disk(s) before the I/O and {new} after"
+            + (": a member left the group during the run." if new < old else " (a disk was added during the run)."),
+            diskgroup=group,
+            instance=inst,
+        )
+
+
+def _total_mb_problems(before: Sequence[Row], after: Sequence[Row], wanted: Collection[str]) -> Iterable[Problem]:
+    def sizes(rows: Sequence[Row]) -> dict[tuple[str, int], int]:
+        return {
+            (_name(r).upper(), _inst(r)): size
+            for r in rows
+            if _name(r).upper() in wanted and (size := _int(r, "TOTAL_MB")) is not None
+        }
+
+    earlier, now = sizes(before), sizes(after)
+    for (group, inst), old in sorted(earlier.items()):
+        new = now.get((group, inst))
+        if new is None or new == old:
+            continue  # a group no longer listed is reported as missing
+        severity = Severity.HARD if new < old else Severity.SOFT
+        yield Problem(
+            severity,
+            "diskgroup-total-mb",
+            f"Disk group {group} on instance {inst} had TOTAL_MB {old} MB before the I/O and {new} MB after.",
+            diskgroup=group,
+            instance=inst,
+        )
+
+
+def _group_zero_problems(
+    disks: Sequence[Row],
+    before_members: Sequence[Row],
+    before_names: Mapping[tuple[int, int], str],
+    lab_paths: Collection[str],
+) -> Iterable[Problem]:
+    was_in = {(_inst(r), _path(r)): _member_of(r, before_names) or "?" for r in before_members if _path(r)}
+    watched = {p.strip() for p in lab_paths if p.strip()} | {path for _, path in was_in}
+    for row in disks:
+        path = _path(row)
+        if _int(row, "GROUP_NUMBER") != 0 or path not in watched:
+            continue
+        inst = _inst(row)
+        header = _text(row, "HEADER_STATUS")
+        left = was_in.get((inst, path))
+        if left is not None and header in LOST_HEADER_STATUSES:
+            yield Problem(
+                Severity.HARD,
+                "disk-left-group",
+                f"Disk {path} left disk group {left} on instance {inst}: ASM now lists it in group 0 with "
+                f"HEADER_STATUS {header}, its ASM header overwritten or the disk dropped during the run.",
+                diskgroup=left,
+                disk=path,
+                instance=inst,
+            )
+        elif left is None and header in LOST_HEADER_STATUSES:
+            yield Problem(
+                Severity.SOFT,
+                "lab-disk-in-group-zero",
+                f"Lab device {path} is in no disk group on instance {inst} (group 0, HEADER_STATUS {header}).",
+                disk=path,
+                instance=inst,
+            )
+
+
+def _operation_problems(row: Row, group: str, inst: int, baseline: bool = False) -> Iterable[Problem]:
     operation = _text(row, "PASS") or _text(row, "OPERATION") or "operation"
     state = _text(row, "STATE")
     error = _text(row, "ERROR_CODE")
@@ -364,10 +481,14 @@ def _operation_problems(row: Row, group: str, inst: int) -> Iterable[Problem]:
         )
     elif state in _ACTIVE_OPERATION_STATES:
         yield problem(
-            Severity.SOFT,
+            Severity.HARD if baseline else Severity.SOFT,
             "operation-running",
             f"A {operation} is in progress on disk group {group} on instance {inst} (state {state}): "
-            "I/O figures measured now include its traffic.",
+            + (
+                "figures measured during it are no baseline; wait for it to finish (GV$ASM_OPERATION empty)."
+                if baseline
+                else "I/O figures measured now include its traffic."
+            ),
         )
     elif state == "HALT":
         yield problem(

@@ -23,6 +23,10 @@ Proposed lab-file section (the lab model validates it and builds these dataclass
         oracle_sid: +ASM1
       diskgroups: [NVME]
       instances: [1, 2]             # INST_IDs every disk group must be mounted on
+      disk_paths: [/dev/nvme1n1, /dev/nvme2n1]  # the lab's devices as ASM sees them (V$ASM_DISK.PATH;
+                                    # ORCL:NAME for ASMLib, AFD:NAME for the filter driver): watched in group 0
+      driver_mode: thin             # or thick: through Oracle Client libraries, for databases thin mode cannot
+      lib_dir: /opt/oracle/instantclient_19_25   # reach (before 12.1, 10G password verifiers); optional
       calibrate:
         num_physical_disks: 2
         max_latency_ms: 20
@@ -35,7 +39,7 @@ Credentials never live in the lab file: only the names of the environment variab
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 DEFAULT_USER_ENV = "FABRICQA_ORACLE_USER"
 DEFAULT_PASSWORD_ENV = "FABRICQA_ORACLE_PASSWORD"
@@ -113,3 +117,6 @@ class OracleSettings:
     asmcmd: AsmcmdSettings | None = None
     instances: tuple[int, ...] | None = None
     calibrate: CalibrateSettings | None = None
+    disk_paths: tuple[str, ...] = ()
+    driver_mode: Literal["thin", "thick"] = "thin"
+    lib_dir: str | None = None

@@ -1,4 +1,8 @@
-"""Read GV$ASM_* through python-oracledb (thin mode): connect as SYSASM, return rows keyed by column.
+"""Read GV$ASM_* through python-oracledb: connect as SYSASM, return rows keyed by column.
+
+Thin mode (pure Python) is the default. Thick mode (``driver_mode: thick``, optional ``lib_dir``) loads the
+Oracle Client libraries through ``oracledb.init_oracle_client`` once per process, for databases thin mode cannot
+reach: releases before 12.1, or accounts whose password has only a 10G verifier.
 
 Credentials come from the environment, never from the lab file: by default ``FABRICQA_ORACLE_USER`` and
 ``FABRICQA_ORACLE_PASSWORD`` (the names are configurable per connection), or from an Oracle wallet
@@ -58,6 +62,30 @@ class OracleConfigError(UserError):
     """The Oracle settings cannot work (missing credentials or target); the message says how to fix it."""
 
 
+def init_driver(driver_mode: str, lib_dir: str | None = None, *, driver: Any = None) -> None:
+    """Switch python-oracledb to thick mode when ``driver_mode`` is "thick" (thin needs nothing).
+
+    ``driver`` replaces the ``oracledb`` module (tests pass a stand-in). A missing or unloadable Oracle Client
+    library becomes one :class:`OracleConfigError` line naming the keys to fix.
+    """
+    if driver_mode != "thick":
+        return
+    if driver is None:
+        import oracledb as driver
+    kwargs = {"lib_dir": lib_dir} if lib_dir else {}
+    try:
+        driver.init_oracle_client(**kwargs)
+    except driver.Error as exc:
+        text = str(exc).strip() or type(exc).__name__
+        # DPI-1047 runs on with a documentation link; the first sentence is the fact.
+        first = text.splitlines()[0].split(". See http", 1)[0]
+        where = f"in lib_dir {lib_dir}" if lib_dir else "on the library search path"
+        raise OracleConfigError(
+            f"database.driver_mode thick: no usable Oracle Client library {where} ({first}); install Oracle "
+            "Instant Client and set database.lib_dir to its folder, or use driver_mode: thin"
+        ) from None
+
+
 def connect_kwargs(settings: ConnectSettings, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The keyword arguments for ``oracledb.connect``, credentials included (do not log the result).
 
@@ -113,7 +141,7 @@ def connect(
     environ: Mapping[str, str] | None = None,
     connector: Callable[..., Any] | None = None,
 ) -> Any:
-    """Open a python-oracledb thin connection as SYSASM (``mode="sysasm"``) or SYSDBA (``"sysdba"``).
+    """Open a python-oracledb connection (thin, or thick after :func:`init_driver`) as SYSASM (``mode="sysasm"``) or SYSDBA (``"sysdba"``).
 
     ``connector`` replaces ``oracledb.connect`` (tests pass a fake). Errors from the driver are re-raised
     with the target named and nothing of the credentials.
@@ -153,12 +181,19 @@ def read_diskgroups(connection: Any) -> list[Row]:
     return query(connection, statement)
 
 
-def read_disks(connection: Any) -> list[Row]:
-    """Rows of GV$ASM_DISK for disks in a disk group (GROUP_NUMBER > 0)."""
-    return query(
-        connection,
-        _select("GV$ASM_DISK", DISK_COLUMNS) + " WHERE GROUP_NUMBER > 0 ORDER BY INST_ID, GROUP_NUMBER, DISK_NUMBER",
-    )
+def read_disks(connection: Any, paths: Sequence[str] = ()) -> list[Row]:
+    """Rows of GV$ASM_DISK for disks in a disk group (GROUP_NUMBER > 0), and the group-0 rows of ``paths``.
+
+    A member whose header was overwritten drops to group 0 (HEADER_STATUS CANDIDATE, FORMER or PROVISIONED);
+    ``paths`` are the lab's devices as ASM sees them, bound as variables, never pasted into the SQL.
+    """
+    order = " ORDER BY INST_ID, GROUP_NUMBER, DISK_NUMBER"
+    wanted = list(dict.fromkeys(p for p in paths if p))
+    if not wanted:
+        return query(connection, _select("GV$ASM_DISK", DISK_COLUMNS) + " WHERE GROUP_NUMBER > 0" + order)
+    binds = {f"p{i}": path for i, path in enumerate(wanted)}
+    where = f" WHERE GROUP_NUMBER > 0 OR PATH IN ({', '.join(':' + name for name in binds)})"
+    return query(connection, _select("GV$ASM_DISK", DISK_COLUMNS) + where + order, binds)
 
 
 def read_operations(connection: Any) -> list[Row]:
@@ -172,10 +207,10 @@ def read_operations(connection: Any) -> list[Row]:
         return query(connection, _select("GV$ASM_OPERATION", OPERATION_COLUMNS))
 
 
-def read_asm_snapshot(connection: Any) -> dict[str, list[Row]]:
-    """Disk groups, disks and operations read in one go, as the health rules take them."""
+def read_asm_snapshot(connection: Any, paths: Sequence[str] = ()) -> dict[str, list[Row]]:
+    """Disk groups, disks (with the group-0 rows of ``paths``) and operations, as the health rules take them."""
     return {
         "diskgroups": read_diskgroups(connection),
-        "disks": read_disks(connection),
+        "disks": read_disks(connection, paths),
         "operations": read_operations(connection),
     }
