@@ -41,6 +41,7 @@ RESERVED_OPTIONS = frozenset(
         "name", "filename", "readonly", "output", "output-format", "client", "server",
         "ioengine", "direct", "time_based", "runtime", "ramp_time", "rw", "readwrite", "bs", "blocksize",
         "numjobs", "iodepth", "size", "offset", "group_reporting",
+        "randseed",  # one per host, set by the command builder so no two initiators share an offset stream
     }
 )  # fmt: skip
 

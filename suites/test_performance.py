@@ -2,7 +2,8 @@
 
 Each workload runs from every initiator at once through fio's client/server mode (``fio --server`` on each
 initiator, one ``--client`` per host), as seeds 000 and 003 loaded the storage from every RAC node. A case
-reports each host and the total, checks the total is the sum of the hosts, measures the target's CPU during the
+reports each host and the total, checks the total is the sum of the hosts and that each host ran its own
+random offset stream (its own fio ``randseed``, recorded per host), measures the target's CPU during the
 run and the link utilisation, and fails with every threshold it breaks. Writes go only to devices the lab marks
 ``writable``, and only after the data-safety guard found no ASM, filesystem, LVM or partition signature on them.
 """
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from pytest_fabricqa.cpu import cpu_usage, read_cpu_times
-from pytest_fabricqa.fio import FioServer, figures, run_fio, run_fio_clients, total_mismatch
+from pytest_fabricqa.fio import FioServer, figures, run_fio, run_fio_clients, shared_offsets, total_mismatch
 from pytest_fabricqa.lab import LabModel
 from pytest_fabricqa.provision import Fabric
 from pytest_fabricqa.report import model as rm
@@ -112,7 +113,7 @@ def test_fio(
         _guard_writes(lab, fabric, lab_hosts)
     controller = lab_hosts[jobs[0][0].name]
     cpu_before = read_cpu_times(target_host) if target_host else None
-    result = run_fio_clients(controller, jobs, workload)
+    result = run_fio_clients(controller, jobs, workload, case=case_id(protocol, workload))
     cpu = cpu_usage(cpu_before, read_cpu_times(target_host)) if target_host and cpu_before else None
 
     total = figures(result.total)
@@ -124,9 +125,9 @@ def test_fio(
 
     limits = thresholds_for(lab.thresholds_table(), protocol, workload.name)
     problems = violations(total, limits, label=workload.name)
-    mismatch = total_mismatch(result)
-    if mismatch:
-        problems.append(mismatch)
+    for problem in (total_mismatch(result), shared_offsets(result)):
+        if problem:
+            problems.append(problem)
     case = _case(
         request,
         protocol,
@@ -136,6 +137,7 @@ def test_fio(
         thresholds=limits.limits(),
         violations=tuple(problems),
         extras={"environment": {**lab_environment, "fio_version": result.fio_version}},
+        randseeds={h.host: h.randseeds[0] for h in result.hosts if h.randseeds},
     )
     regression = fabricqa_report.regressions(case)
     fabricqa_report.record(replace(case, regression=regression), request)

@@ -23,7 +23,7 @@ from pytest_fabricqa.fio.command import (
     server_argv,
     server_stop_argv,
 )
-from pytest_fabricqa.fio.figures import FIGURE_NAMES, figures, total_mismatch
+from pytest_fabricqa.fio.figures import FIGURE_NAMES, figures, shared_offsets, total_mismatch
 from pytest_fabricqa.fio.model import (
     ClientServerResult,
     DirectionStats,
@@ -67,6 +67,7 @@ __all__ = [
     "run_fio_clients",
     "server_argv",
     "server_stop_argv",
+    "shared_offsets",
     "split_output",
     "total_mismatch",
 ]

@@ -13,11 +13,18 @@ Two fio 3.33 facts found while recording ``tests/data/fio`` shape this module:
 - Per-server options must come after that server's job file: ``--client=A --readonly JOB_A --client=B
   --readonly JOB_B`` ran JOB_A on both servers, while ``--client=A JOB_A --readonly --client=B JOB_B
   --readonly`` ran each server's own file with the read-only guard.
+
+And one fact of fio's random generator: with ``randrepeat`` (the default) fio seeds its random offsets from a
+fixed seed times the job's number, and every ``fio --server`` numbers its jobs from 1, so two initiators sent
+the *same* offset stream to the same LUN (a caching array then served the second from cache). Each host's job
+file therefore carries its own ``randseed`` (:func:`host_randseed`), in every job section, where fio's JSON
+echoes it back per job under ``job options``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import posixpath
 import re
 from collections.abc import Sequence
@@ -74,6 +81,13 @@ def job_names(devices: Sequence[str], *, prefix: str = "") -> list[str]:
     return names
 
 
+def host_randseed(case: str, host: str) -> int:
+    """The ``randseed`` of one host in one case: derived from both names (SHA-256, 32 bits), so a case repeats
+    its offsets run after run, while two hosts in the same case never share an offset stream."""
+    digest = hashlib.sha256(f"{case}\0{host}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") or 1
+
+
 def _workload_options(workload: Workload, *, group_reporting: bool) -> list[tuple[str, str]]:
     """The global options of a run, in the order fio prints them: engine, timing, pattern, extras."""
     options = [("ioengine", "libaio"), ("direct", "1"), ("time_based", "")]
@@ -123,12 +137,15 @@ def job_file(
     group_reporting: bool = True,
     prefix: str = "",
     options: Sequence[tuple[str, str]] = (),
+    randseed: int | None = None,
 ) -> str:
     """A job file running ``workload`` on every device: a ``[global]`` section (with ``options`` last), one
     section per device.
 
     It never says ``readonly`` (fio rejects that in a job file): pass ``readonly=not workload.writes`` to
-    :func:`client_argv`, which puts ``--readonly`` on the command line.
+    :func:`client_argv`, which puts ``--readonly`` on the command line. ``randseed`` goes into every job
+    section (not ``[global]``: fio's client/server JSON reports global options once for all hosts, job options
+    per host), so the raw output shows which seed each host used.
     """
     _check_devices(devices)
     lines = [f"; pytest-fabricqa workload {workload.name}", "[global]"]
@@ -140,6 +157,8 @@ def job_file(
         lines.append(f"{name}={value}" if value else name)
     for name, device in zip(job_names(devices, prefix=prefix), devices, strict=True):
         lines.extend(("", f"[{name}]", f"filename={device}"))
+        if randseed is not None:
+            lines.append(f"randseed={randseed}")
     return "\n".join(lines) + "\n"
 
 
@@ -285,11 +304,13 @@ def run_fio_clients(
     timeout: float | None = None,
     options: Sequence[tuple[str, str]] = (),
     logs: tuple[int, int] | None = None,
+    case: str | None = None,
 ) -> ClientServerResult:
     """Run ``workload`` on every server's devices at once, from a fio client on ``controller``, in one command.
 
     The servers must already run ``fio --server`` (:func:`server_argv`). Each server's job file carries
-    ``options`` (steady-state detection, say) and, when ``logs`` is (log_avg_msec, log_hist_msec), the IOPS,
+    ``options`` (steady-state detection, say), its own ``randseed`` (:func:`host_randseed` of ``case``, default
+    the workload's name, and the server's name) and, when ``logs`` is (log_avg_msec, log_hist_msec), the IOPS,
     latency and histogram logs under the server's lab name (:func:`log_prefix`); the files travel inside the
     command (:func:`client_script_argv`) and the logs come back in ``result.logs``. Raises :class:`FioError`
     when fio fails or any job on any server ends with an error.
@@ -302,7 +323,14 @@ def run_fio_clients(
         extra = list(options)
         if logs is not None:
             extra.extend(log_options(log_prefix(server), avg_msec=logs[0], hist_msec=logs[1]))
-        text = job_file(workload, devices, group_reporting=group_reporting, prefix=f"{server.name}.", options=extra)
+        text = job_file(
+            workload,
+            devices,
+            group_reporting=group_reporting,
+            prefix=f"{server.name}.",
+            options=extra,
+            randseed=host_randseed(case or workload.name, server.name),
+        )
         name = _UNSAFE_NAME_CHARS.sub("_", f"fabricqa-{server.name}-{workload.name}.fio")
         files.append((name, text))
         clients.append((server, name))

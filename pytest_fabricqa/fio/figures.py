@@ -63,3 +63,23 @@ def total_mismatch(result: ClientServerResult) -> str | None:
                 f"{summed:,} {unit}"
             )
     return "; ".join(problems) if problems else None
+
+
+def shared_offsets(result: ClientServerResult) -> str | None:
+    """None when every host reported a ``randseed`` of its own; otherwise a sentence naming the hosts that ran
+    fio's default seed or shared one (their random offsets were then the same stream, which a caching array
+    serves from cache)."""
+    if len(result.hosts) < 2:
+        return None
+    unseeded = [h.host for h in result.hosts if not h.randseeds]
+    if unseeded:
+        return (
+            f"host{'s' if len(unseeded) > 1 else ''} {', '.join(unseeded)} reported no randseed: fio's default seed "
+            "sends every host the same random offsets"
+        )
+    by_seed: dict[int, list[str]] = {}
+    for host in result.hosts:
+        for seed in host.randseeds:
+            by_seed.setdefault(seed, []).append(host.host)
+    shared = [f"{', '.join(hosts)} (randseed {seed})" for seed, hosts in by_seed.items() if len(hosts) > 1]
+    return f"hosts shared a random offset stream: {'; '.join(shared)}" if shared else None

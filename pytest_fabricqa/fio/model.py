@@ -211,6 +211,16 @@ class FioResult:
         )
 
     @property
+    def randseeds(self) -> tuple[int, ...]:
+        """The ``randseed`` values fio reports in its jobs' options (job sections), each once, in order."""
+        seeds: list[int] = []
+        for job in self.jobs:
+            value = dict(job.options).get("randseed")
+            if value is not None and value.isdigit() and int(value) not in seeds:
+                seeds.append(int(value))
+        return tuple(seeds)
+
+    @property
     def options(self) -> dict[str, str]:
         """fio's global options, then the first job's own options over them."""
         merged = dict(self.global_options)

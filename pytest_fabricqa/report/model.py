@@ -95,6 +95,20 @@ class Case:
     checks: tuple[Check, ...] = ()
     extras: dict[str, Any] = field(default_factory=dict)
     """JSON-compatible free-form data, e.g. ``{"calibrate_io": {"max_iops": ..., "max_mbps": ...}}``."""
+    randseeds: dict[str, int] = field(default_factory=dict)
+    """fio's ``randseed`` per initiator host, as fio reported it back; distinct per host (see fio/command.py)."""
+    queues: dict[str, dict[str, int]] = field(default_factory=dict)
+    """The queue settings that shaped the figures, per host, as read from the hosts: open-iscsi's
+    ``node.session.queue_depth``/``node.session.cmds_max`` and NVMe-oF's ``nr_io_queues``/``queue_size`` on the
+    initiators, LIO's ``default_cmdsn_depth`` on the target (:mod:`pytest_fabricqa.queues`)."""
+    start_offsets_ms: dict[str, float] = field(default_factory=dict)
+    """How long after the first host each host's fio jobs started, in ms (fio's ``job_start``, fio >= 3.36, on
+    each host's own clock); empty when fio did not report it."""
+
+    @property
+    def start_spread_ms(self) -> float | None:
+        """How far apart the hosts started (the last host's offset), or None when unknown or one host."""
+        return max(self.start_offsets_ms.values()) if len(self.start_offsets_ms) > 1 else None
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -236,6 +250,10 @@ def case_to_dict(case: Case) -> dict[str, Any]:
         "raw_fio_json": case.raw_fio_json,
         "checks": [{"name": c.name, "verdict": c.verdict, "detail": c.detail} for c in case.checks],
         "extras": case.extras,
+        # Written only when known, so files from before these were recorded read and rewrite byte for byte.
+        **({"randseeds": dict(case.randseeds)} if case.randseeds else {}),
+        **({"queues": {h: dict(q) for h, q in case.queues.items()}} if case.queues else {}),
+        **({"start_offsets_ms": dict(case.start_offsets_ms)} if case.start_offsets_ms else {}),
     }
 
 
@@ -320,6 +338,14 @@ class _Reader:
             out[name] = float(value)
         return out
 
+    def integers(self, key: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for name, value in self.mapping(key).items():
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{self.where}.{key}.{name}: {value!r} is not an integer")
+            out[name] = value
+        return out
+
     def figures(self, key: str) -> Figures:
         figures = self.numbers(key)
         check_figures(figures, f"{self.where}.{key}")
@@ -399,6 +425,9 @@ def _case_from_reader(c: _Reader) -> Case:
     hosts_raw = c.mapping("hosts")
     hosts_reader = _Reader(hosts_raw, f"{c.where}.hosts")
     hosts = {h: hosts_reader.numbers(h) for h in hosts_raw}
+    queues_raw = c.mapping("queues")
+    queues_reader = _Reader(queues_raw, f"{c.where}.queues")
+    queues = {h: queues_reader.integers(h) for h in queues_raw}
     try:
         return Case(
             nodeid=c.text("nodeid"),
@@ -415,6 +444,9 @@ def _case_from_reader(c: _Reader) -> Case:
             raw_fio_json=c.opt_text("raw_fio_json"),
             checks=tuple(checks),
             extras=c.mapping("extras"),
+            randseeds=c.integers("randseeds"),
+            queues=queues,
+            start_offsets_ms=c.numbers("start_offsets_ms"),
         )
     except ValueError as exc:
         raise ValueError(f"{c.where}: {exc}") from None

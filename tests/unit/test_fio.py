@@ -28,13 +28,16 @@ from pytest_fabricqa.fio import (
     parse_fio_output,
     result_or_raise,
     run_fio,
+    run_fio_clients,
     server_argv,
     server_stop_argv,
+    shared_offsets,
     split_output,
     total_mismatch,
 )
+from pytest_fabricqa.fio.command import host_randseed
 from pytest_fabricqa.transport.base import CommandResult
-from pytest_fabricqa.workloads import make_workload
+from pytest_fabricqa.workloads import MatrixError, make_workload
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "fio"
 SERVERS = (FioServer("init1", "127.0.0.1", 8766), FioServer("init2", "127.0.0.1", 8767))
@@ -406,3 +409,76 @@ def test_run_fio_for_real_on_a_file(tmp_path: Path) -> None:
 
     with pytest.raises(FioError, match=r"local: fio failed: .*missing\.img"):
         run_fio(LocalHost("local"), workload, [str(tmp_path / "missing.img")])
+
+
+class _Controller:
+    """A host that keeps the job files it is sent and answers the fio client with a recorded run."""
+
+    name = "controller"
+
+    def __init__(self, answer: CommandResult) -> None:
+        self.answer = answer
+        self.files: dict[str, str] = {}
+
+    def run(self, argv: Any, *, stdin: str | None = None, check: bool = True, timeout: float | None = None,
+            **_: Any) -> CommandResult:  # fmt: skip
+        # client_script_argv: sh -c SCRIPT sh WORKDIR N NAME1 TEXT1 ... then fio's argv.
+        count = int(argv[5])
+        self.files.update(dict(zip(argv[6 : 6 + 2 * count : 2], argv[7 : 7 + 2 * count : 2], strict=True)))
+        return self.answer
+
+    def close(self) -> None:
+        pass
+
+
+def test_each_host_gets_its_own_randseed_in_every_job_section() -> None:
+    # fio seeds random offsets from the job number, and each fio --server numbers its jobs from 1: without a
+    # seed of their own, two initiators send the same offset stream to the same LUN.
+    workload = make_workload("randread", "8k", numjobs=2, iodepth=8, runtime=2, ramp_time=0)
+    case = f"nvme-tcp-{workload.name}"
+    seeds = {host: host_randseed(case, host) for host in ("srv0", "srv1")}
+    assert seeds["srv0"] != seeds["srv1"]
+    assert host_randseed(case, "srv0") == seeds["srv0"]  # the same case repeats its offsets run after run
+    assert host_randseed(f"iscsi-{workload.name}", "srv0") != seeds["srv0"]
+    text = job_file(workload, ["/dev/nvme1n1", "/dev/nvme2n1"], prefix="srv0.", randseed=seeds["srv0"])
+    sections = text.split("\n\n")
+    assert "randseed" not in sections[0]  # not in [global]: fio's JSON reports global options once for all hosts
+    assert all(f"randseed={seeds['srv0']}" in section.splitlines() for section in sections[1:])
+    # The job files of the recorded run (tests/data/fio/record.sh, 7b) are exactly what job_file writes.
+    for i, host in enumerate(("srv0", "srv1")):
+        expected = job_file(workload, [f"/tmp/fqa-record/{host}.img"], prefix=f"{host}.", randseed=seeds[host])
+        assert (DATA / f"clientserver-randseed-client{i}.fio").read_text() == expected
+    with pytest.raises(MatrixError, match="'randseed' is set by the workload itself"):
+        make_workload("randread", "8k").__class__(name="r", rw="randread", bs="8k", extra=(("randseed", "1"),))
+
+
+def test_a_client_server_run_sends_and_reports_one_seed_per_host() -> None:
+    workload = make_workload("randread", "8k", numjobs=2, iodepth=8, runtime=2, ramp_time=0)
+    case = f"nvme-tcp-{workload.name}"
+    servers = [FioServer("srv0", "127.0.0.1", 8768), FioServer("srv1", "127.0.0.1", 8769)]
+    controller = _Controller(recorded("clientserver-randseed"))
+    jobs = [(server, [f"/tmp/fqa-record/{server.name}.img"]) for server in servers]
+    result = run_fio_clients(controller, jobs, workload, case=case)
+    sent = {path.split("fabricqa-", 1)[1].split("-", 1)[0]: text for path, text in controller.files.items()}
+    assert set(sent) == {"srv0", "srv1"}
+    for server in servers:
+        seed = host_randseed(case, server.name)
+        assert f"randseed={seed}" in sent[server.name]
+        # fio 3.33 echoed each host's seed under that host's own "job options".
+        assert result.host(server.name).randseeds == (seed,)
+
+
+def test_hosts_sharing_a_random_offset_stream_is_a_failure_reason() -> None:
+    # The run recorded before issue 11: no randseed, so fio's default seed gave both servers the same offsets.
+    before = parse_client_server(recorded("clientserver-randread-8k").stdout, servers=SERVERS)
+    assert shared_offsets(before) == (
+        "hosts init1, init2 reported no randseed: fio's default seed sends every host the same random offsets"
+    )
+    servers = [FioServer("srv0", "127.0.0.1", 8768), FioServer("srv1", "127.0.0.1", 8769)]
+    after = parse_client_server(recorded("clientserver-randseed").stdout, servers=servers)
+    assert shared_offsets(after) is None
+    # Two hosts given the same seed (the same case and host name twice) are caught too.
+    text = recorded("clientserver-randseed").stdout
+    seeds = [host.randseeds[0] for host in after.hosts]
+    same = parse_client_server(text.replace(str(seeds[1]), str(seeds[0])), servers=servers)
+    assert shared_offsets(same) == f"hosts shared a random offset stream: srv0, srv1 (randseed {seeds[0]})"

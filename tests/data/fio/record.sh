@@ -81,6 +81,33 @@ for p in 8766 8767; do
     kill "$(cat "$WORK/server-$p.pid")" 2>/dev/null
 done
 
+# 7b. Per-host randseed (issue 11): the job files pytest_fabricqa.fio.command.job_file writes for a 2 s randread
+#     of case nvme-tcp-randread-8k-qd8-j2 from two hosts, each with its own seed in its job section; fio echoes
+#     each host's seed back under that host's "job options". Own servers (8768, 8769), so it runs on its own:
+#     sed -n '/^# 7b/,/^# 8\./p' record.sh | sh  (from the repository root, with the package importable).
+for p in 8768 8769; do
+    fio --server=ip:127.0.0.1,$p --daemonize="$WORK/server-$p.pid"
+done
+sleep 1
+python3 - "$WORK" "$HERE" <<'PY'
+import sys
+from pytest_fabricqa.fio.command import host_randseed, job_file
+from pytest_fabricqa.workloads import make_workload
+work, here = sys.argv[1], sys.argv[2]
+workload = make_workload("randread", "8k", numjobs=2, iodepth=8, runtime=2, ramp_time=0)
+for i, host in enumerate(("srv0", "srv1")):
+    seed = host_randseed(f"nvme-tcp-{workload.name}", host)
+    text = job_file(workload, [f"{work}/{host}.img"], prefix=f"{host}.", randseed=seed)
+    for folder in (work, here):
+        with open(f"{folder}/clientserver-randseed-client{i}.fio", "w") as fh:
+            fh.write(text)
+PY
+rec clientserver-randseed --output-format=json --client=ip:127.0.0.1,8768 "$WORK/clientserver-randseed-client0.fio" \
+    --readonly --client=ip:127.0.0.1,8769 "$WORK/clientserver-randseed-client1.fio" --readonly
+for p in 8768 8769; do
+    kill "$(cat "$WORK/server-$p.pid")" 2>/dev/null
+done
+
 # 8. Two /proc/stat snapshots around a 3-second fio run (for pytest_fabricqa.cpu).
 cat /proc/stat >"$HERE/proc-stat-before.txt"
 fio --output-format=json $COMMON --rw=randread --bs=4k --iodepth=32 --readonly --name=dev0 \

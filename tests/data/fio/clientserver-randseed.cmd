@@ -1,0 +1,1 @@
+fio --output-format=json --client=ip:127.0.0.1,8768 /tmp/fqa-record/clientserver-randseed-client0.fio --readonly --client=ip:127.0.0.1,8769 /tmp/fqa-record/clientserver-randseed-client1.fio --readonly
