@@ -8,12 +8,17 @@ device that:
 
 - carries an Oracle ASM disk header: ``ORCLDISK`` at byte 0x20 of block 0, or in the backup copy ASM
   keeps (since 10.2.0.5/11.1.0.7) in the second-to-last 4 KiB metadata block of allocation unit 1, i.e.
-  block ``AU/4096 - 2`` of AU 1 (block 254 for the default 1 MiB AU, 1022 for 4 MiB). The AU size is
-  not known when block 0 is gone -- which is exactly the damage seed 000 saw -- so every common AU size
-  (1, 2, 4, 8, 16, 32, 64 MiB) is checked. Assumption: ASM metadata blocks are 4096 bytes (the only
-  V$ASM_DISKGROUP.BLOCK_SIZE in practice); source: ``kfed read aun=1 blkn=254`` write-ups and
-  ``kfed repair`` notes.
-- carries a file system, RAID/LVM member or partition-table signature (``blkid -p``, ``wipefs``);
+  block ``AU/BLOCK - 2`` of AU 1 (block 254 for the default 1 MiB AU and 4 KiB blocks, 1022 for 4 MiB).
+  When block 0 holds an intact disk header (kfbh type KFBTYP_DISKHEAD), its own block size (kfdhdb.blksize,
+  byte 0xda) and AU size (kfdhdb.ausize, byte 0xdc) name the one backup location. When block 0 is gone --
+  exactly the damage seed 000 saw -- every common AU size (1, 2, 4, 8, 16, 32, 64 MiB) is checked with 4 KiB
+  blocks (the only V$ASM_DISKGROUP.BLOCK_SIZE in practice); source: ``kfed read aun=1 blkn=254`` write-ups
+  and ``kfed repair`` notes.
+- carries an ASMLib or ASM Filter Driver label: "ORCLDISK" followed by the label name in the 32-byte
+  provisioning string at byte 0x20 (ASMLib's osmprivate.h; kfed shows it as ``kfdhdb.driver.provstr``). An
+  ASMLib disk usually lives on a partition, so each partition is probed like the whole device.
+- carries a file system, RAID/LVM member or partition-table signature (``blkid -p``, ``wipefs``), on the
+  device or on any of its partitions;
 - is mounted, used as swap, held by another device (sysfs ``holders``: LVM, dm, md, multipath), or has a
   partition that is;
 - is the host's root disk (the devices behind ``/``, from ``findmnt`` and ``lsblk -s``).
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -72,6 +78,7 @@ for p in "$b"/*/partition; do
   [ -e "$p" ] || continue
   d=${p%/partition}; pn=${d##*/}
   printf 'partition %s %s\\n' "$pn" "$(cat "$d/dev")"
+  printf 'size %s %s\\n' "$pn" "$(cat "$d/size")"
   for h in "$d"/holders/*; do [ -e "$h" ] && printf 'holder %s %s\\n' "$pn" "${h##*/}"; done
 done
 exit 0
@@ -87,10 +94,18 @@ class AsmHeader:
     diskgroup: str = ""
     disk: str = ""
     status_code: int | None = None
+    label: str = ""  # the ASMLib / ASM Filter Driver label after "ORCLDISK" in the provisioning string
+    disk_header: bool = True  # kfbh type KFBTYP_DISKHEAD: ASM wrote a disk header, not only a label
 
     def describe(self) -> str:
         """A phrase for the refusal message."""
-        parts = []
+        if not self.disk_header:
+            name = f" {self.label}" if self.label else ""
+            return (
+                f"an ASMLib or ASM Filter Driver label{name} (ORCLDISK{self.label}) in {self.where} "
+                f"at byte {self.offset:#x}"
+            )
+        parts = [f"label {self.label}"] if self.label else []
         if self.disk:
             parts.append(f"disk {self.disk}")
         if self.diskgroup:
@@ -110,12 +125,14 @@ class Signature:
     usage: str = ""
     offset: str = ""
     source: str = "blkid"
+    on: str = ""  # a partition's kernel name when found there, not on the whole device
 
     def describe(self) -> str:
         """A phrase for the refusal message."""
         usage = f" {self.usage}" if self.usage else ""
         at = f" at offset {self.offset}" if self.offset else ""
-        return f"a {self.type}{usage} signature{at} (found by {self.source})"
+        where = f" on partition {self.on}" if self.on else ""
+        return f"a {self.type}{usage} signature{where}{at} (found by {self.source})"
 
 
 @dataclass(frozen=True)
@@ -226,9 +243,10 @@ def _dedupe(signatures: Iterable[Signature]) -> list[Signature]:
     # blkid and wipefs often report the same signature; keep wipefs's (it has the offset) and drop
     # a blkid one of the same type.
     result: list[Signature] = []
-    wipefs_types = {s.type for s in signatures if s.source == "wipefs"}
+    signatures = list(signatures)
+    wipefs_types = {(s.type, s.on) for s in signatures if s.source == "wipefs"}
     for s in signatures:
-        if s.source == "blkid" and s.type in wipefs_types:
+        if s.source == "blkid" and (s.type, s.on) in wipefs_types:
             continue
         if s not in result:
             result.append(s)
@@ -240,21 +258,49 @@ def _dedupe(signatures: Iterable[Signature]) -> list[Signature]:
 # ---------------------------------------------------------------------------------------------------
 
 
-def asm_probe_offsets(size_bytes: int | None) -> list[tuple[int, str]]:
-    """Byte offsets of block 0 and of the backup header for every common AU size, that fit the device."""
+def asm_probe_offsets(size_bytes: int | None, geometry: tuple[int, int] | None = None) -> list[tuple[int, str]]:
+    """Byte offsets of block 0 and of the backup disk header(s) that fit the device.
+
+    ``geometry`` is (block size, AU size) read from an intact block 0 (:func:`asm_geometry`): then the one
+    backup location it names; without it, the backup location of every common AU size with 4 KiB blocks.
+    """
     offsets = [(0, "block 0")]
-    for mib in ASM_AU_SIZES_MIB:
-        au = mib << 20
-        blocks_per_au = au // ASM_METADATA_BLOCK
-        block_in_au = blocks_per_au - 2
-        offset = au + block_in_au * ASM_METADATA_BLOCK
-        if size_bytes is None or offset + ASM_METADATA_BLOCK <= size_bytes:
-            offsets.append((offset, f"the backup header for a {mib} MiB AU (AU 1, block {block_in_au})"))
+    if geometry is not None:
+        block, au = geometry
+        candidates = [(au, block, "the backup header for this disk's")]
+    else:
+        candidates = [(mib << 20, ASM_METADATA_BLOCK, "the backup header for a") for mib in ASM_AU_SIZES_MIB]
+    for au, block, words in candidates:
+        block_in_au = au // block - 2
+        offset = au + block_in_au * block
+        if size_bytes is None or offset + block <= size_bytes:
+            offsets.append((offset, f"{words} {au >> 20} MiB AU (AU 1, block {block_in_au})"))
     return offsets
 
 
+KFBTYP_DISKHEAD = 1  # kfbh.type of a disk header block
+
+
+def asm_geometry(data: bytes) -> tuple[int, int] | None:
+    """(block size, AU size) from an intact ASM disk header in block 0, or None when it holds none.
+
+    kfbh.endian (byte 0: 1 little, 0 big) orders kfdhdb.blksize (u16 at 0xda) and kfdhdb.ausize (u32 at 0xdc);
+    the values must be an ASM metadata block size (512 B - 64 KiB, a power of two) and a documented AU size.
+    """
+    if len(data) < 0xE0 or data[ASM_MAGIC_OFFSET : ASM_MAGIC_OFFSET + len(ASM_MAGIC)] != ASM_MAGIC:
+        return None
+    if data[2] != KFBTYP_DISKHEAD or data[0] not in (0, 1):
+        return None
+    order = "<" if data[0] == 1 else ">"
+    block, au = struct.unpack_from(f"{order}HI", data, 0xDA)
+    sane_block = 512 <= block <= 65536 and block & (block - 1) == 0
+    if not sane_block or au not in {mib << 20 for mib in ASM_AU_SIZES_MIB}:
+        return None
+    return block, au
+
+
 def parse_asm_header(data: bytes, offset: int, where: str) -> AsmHeader | None:
-    """Return the ASM header in ``data`` (the first bytes of a 4 KiB block), or None."""
+    """Return the ASM header or ASMLib/AFD label in ``data`` (the first bytes of a block), or None."""
     if data[ASM_MAGIC_OFFSET : ASM_MAGIC_OFFSET + len(ASM_MAGIC)] != ASM_MAGIC:
         return None
 
@@ -262,6 +308,10 @@ def parse_asm_header(data: bytes, offset: int, where: str) -> AsmHeader | None:
         raw = data[start : start + length].split(b"\0", 1)[0]
         return raw.decode("ascii", "replace").strip()
 
+    end_of_magic = ASM_MAGIC_OFFSET + len(ASM_MAGIC)
+    label = text(end_of_magic, 32 - len(ASM_MAGIC))
+    if len(data) > 2 and data[2] != KFBTYP_DISKHEAD:
+        return AsmHeader(offset=offset + ASM_MAGIC_OFFSET, where=where, label=label, disk_header=False)
     status = data[0x47] if len(data) > 0x47 else None
     return AsmHeader(
         offset=offset + ASM_MAGIC_OFFSET,
@@ -269,6 +319,7 @@ def parse_asm_header(data: bytes, offset: int, where: str) -> AsmHeader | None:
         disk=text(0x48, 32),
         diskgroup=text(0x68, 32),
         status_code=status,
+        label=label,
     )
 
 
@@ -298,23 +349,23 @@ def parse_blkid_export(stdout: str) -> dict[str, str]:
     return values
 
 
-def blkid_signatures(values: dict[str, str]) -> list[Signature]:
-    """Signatures named in parsed ``blkid -p -o export`` output."""
+def blkid_signatures(values: dict[str, str], on: str = "") -> list[Signature]:
+    """Signatures named in parsed ``blkid -p -o export`` output (``on``: the partition probed, if one was)."""
     found = []
     if values.get("TYPE"):
-        found.append(Signature(values["TYPE"], values.get("USAGE", ""), "", "blkid"))
+        found.append(Signature(values["TYPE"], values.get("USAGE", ""), "", "blkid", on))
     if values.get("PTTYPE"):
-        found.append(Signature(values["PTTYPE"], "partition table", "", "blkid"))
+        found.append(Signature(values["PTTYPE"], "partition table", "", "blkid", on))
     return found
 
 
-def wipefs_signatures(stdout: str) -> list[Signature]:
-    """Signatures listed by ``wipefs --no-act --json``."""
+def wipefs_signatures(stdout: str, on: str = "") -> list[Signature]:
+    """Signatures listed by ``wipefs --no-act --json`` (``on``: the partition probed, if one was)."""
     if not stdout.strip():
         return []
     document = json.loads(stdout)
     return [
-        Signature(str(s.get("type") or "unknown"), "", str(s.get("offset") or ""), "wipefs")
+        Signature(str(s.get("type") or "unknown"), "", str(s.get("offset") or ""), "wipefs", on)
         for s in document.get("signatures", [])
     ]
 
@@ -322,6 +373,76 @@ def wipefs_signatures(stdout: str) -> list[Signature]:
 def _sh(script: str, *args: str) -> list[str]:
     # "sh" is $0; the device and the other arguments follow as $1...
     return ["sh", "-c", script, "sh", *args]
+
+
+@dataclass(frozen=True)
+class _Contents:
+    asm_headers: list[AsmHeader]
+    signatures: list[Signature]
+    errors: list[str]
+    notes: list[str]
+
+
+def _read_blocks(
+    run: Callable[[Sequence[str]], CommandResult], path: str, probes: Sequence[tuple[int, str]], errors: list[str]
+) -> dict[int, bytes]:
+    """HEADER_BYTES at each probe offset of ``path`` (byte offset -> bytes); an unreadable one is an error."""
+    skips = [offset // HEADER_BYTES for offset, _ in probes]
+    reads = run(_sh(_READ_SCRIPT, path, *(str(skip) for skip in skips)))
+    blocks, unreadable = parse_od_blocks(reads.stdout)
+    if not reads.ok or unreadable or any(skip not in blocks for skip in skips):
+        where = ", ".join(str(skip * HEADER_BYTES) for skip in unreadable) or "some offsets"
+        why = (reads.stderr or reads.stdout).strip().splitlines()
+        # The fixed script is long; name the read instead of echoing it.
+        errors.append(f"dd could not read {path} at byte offset(s) {where}" + (f" ({why[-1]})" if why else ""))
+    return {offset: blocks.get(offset // HEADER_BYTES, b"") for offset, _ in probes}
+
+
+def _probe_contents(
+    run: Callable[[Sequence[str]], CommandResult],
+    failed: Callable[[CommandResult], str],
+    path: str,
+    size: int | None,
+    on: str,
+) -> _Contents:
+    """ASM headers and labels, then blkid and wipefs signatures, of ``path`` (a partition named ``on``, or the
+    whole device when ``on`` is empty)."""
+    errors: list[str] = []
+    notes: list[str] = []
+    within = f" of partition {on}" if on else ""
+
+    # Block 0 first: when it holds an intact disk header, its block and AU sizes name the one backup location.
+    block0 = _read_blocks(run, path, [(0, "block 0")], errors)[0]
+    backups = asm_probe_offsets(size, asm_geometry(block0))[1:]
+    blocks = {0: block0, **(_read_blocks(run, path, backups, errors) if backups else {})}
+    asm_headers = []
+    for offset, where in [(0, "block 0"), *backups]:
+        header = parse_asm_header(blocks.get(offset, b""), offset, where + within)
+        if header is not None:
+            asm_headers.append(header)
+
+    signatures: list[Signature] = []
+    blkid = run(["blkid", "-p", "-o", "export", "--", path])
+    if blkid.exit_code == 0:
+        signatures.extend(blkid_signatures(parse_blkid_export(blkid.stdout), on))
+    elif blkid.exit_code == 8:
+        # blkid's "ambivalent result": more than one signature; wipefs lists them.
+        signatures.append(Signature("ambivalent (several)", "", "", "blkid", on))
+    elif blkid.exit_code != 2 or blkid.stderr.strip():
+        # Exit 2 means "nothing found" -- but blkid also exits 2 when it cannot open the device, and
+        # then says so on stderr. Silence is the only proof of an empty device.
+        errors.append(failed(blkid))
+
+    wipefs = run(["wipefs", "--no-act", "--json", "--", path])
+    if wipefs.ok:
+        try:
+            signatures.extend(wipefs_signatures(wipefs.stdout, on))
+        except (ValueError, AttributeError) as exc:
+            notes.append(f"wipefs output for {path} was not JSON ({exc}); blkid's result stands alone")
+    else:
+        # util-linux older than 2.27 has no --json; blkid -p has already probed the same signatures.
+        notes.append(f"wipefs unavailable: {failed(wipefs)}")
+    return _Contents(asm_headers, signatures, errors, notes)
 
 
 def gather_evidence(host: Host, device: str, *, timeout: float = 60.0) -> DeviceEvidence:
@@ -359,6 +480,7 @@ def gather_evidence(host: Host, device: str, *, timeout: float = 60.0) -> Device
     size: int | None = int(file_size) if not is_block and file_size.isdigit() else None
     dev_numbers: dict[str, str] = {}
     partitions: list[str] = []
+    partition_sizes: dict[str, int] = {}
     holders: list[str] = []
     if is_block:
         if not _SAFE_NAME.match(name):
@@ -375,7 +497,10 @@ def gather_evidence(host: Host, device: str, *, timeout: float = 60.0) -> Device
                 if kind_ == "dev":
                     dev_numbers[who] = value
                 elif kind_ == "size" and value.isdigit():
-                    size = int(value) * 512
+                    if who == name:
+                        size = int(value) * 512
+                    else:
+                        partition_sizes[who] = int(value) * 512
                 elif kind_ == "partition":
                     partitions.append(who)
                     dev_numbers[who] = value
@@ -385,41 +510,17 @@ def gather_evidence(host: Host, device: str, *, timeout: float = 60.0) -> Device
             errors.append(f"the size of {path} could not be read from /sys/class/block/{name}/size")
 
     asm_headers: list[AsmHeader] = []
-    probes = asm_probe_offsets(size)
-    reads = run(_sh(_READ_SCRIPT, path, *(str(offset // HEADER_BYTES) for offset, _ in probes)))
-    blocks, unreadable = parse_od_blocks(reads.stdout)
-    if not reads.ok or unreadable or len(blocks) != len(probes):
-        where = ", ".join(str(skip * HEADER_BYTES) for skip in unreadable) or "some offsets"
-        why = (reads.stderr or reads.stdout).strip().splitlines()
-        # The fixed script is long; name the read instead of echoing it.
-        errors.append(f"dd could not read {path} at byte offset(s) {where}" + (f" ({why[-1]})" if why else ""))
-    for offset, where in probes:
-        data = blocks.get(offset // HEADER_BYTES, b"")
-        header = parse_asm_header(data, offset, where)
-        if header is not None:
-            asm_headers.append(header)
-
     signatures: list[Signature] = []
-    blkid = run(["blkid", "-p", "-o", "export", "--", path])
-    if blkid.exit_code == 0:
-        signatures.extend(blkid_signatures(parse_blkid_export(blkid.stdout)))
-    elif blkid.exit_code == 8:
-        # blkid's "ambivalent result": more than one signature; wipefs lists them.
-        signatures.append(Signature("ambivalent (several)", "", "", "blkid"))
-    elif blkid.exit_code != 2 or blkid.stderr.strip():
-        # Exit 2 means "nothing found" -- but blkid also exits 2 when it cannot open the device, and
-        # then says so on stderr. Silence is the only proof of an empty device.
-        errors.append(failed(blkid))
-
-    wipefs = run(["wipefs", "--no-act", "--json", "--", path])
-    if wipefs.ok:
-        try:
-            signatures.extend(wipefs_signatures(wipefs.stdout))
-        except (ValueError, AttributeError) as exc:
-            notes.append(f"wipefs output was not JSON ({exc}); blkid's result stands alone")
-    else:
-        # util-linux older than 2.27 has no --json; blkid -p has already probed the same signatures.
-        notes.append(f"wipefs unavailable: {failed(wipefs)}")
+    # The whole device, then each partition: an ASMLib disk usually lives on a partition.
+    for probed, probed_size, on in (
+        (path, size, ""),
+        *((f"/dev/{p}", partition_sizes.get(p), p) for p in partitions if _SAFE_NAME.match(p)),
+    ):
+        found = _probe_contents(run, failed, probed, probed_size, on)
+        asm_headers.extend(found.asm_headers)
+        signatures.extend(found.signatures)
+        errors.extend(found.errors)
+        notes.extend(found.notes)
 
     names = {name, *partitions}
     dev_paths = {f"/dev/{n}" for n in names} | {path}

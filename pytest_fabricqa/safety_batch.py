@@ -20,7 +20,9 @@ from pytest_fabricqa.safety import _READ_SCRIPT, _SYSFS_SCRIPT, DeviceEvidence, 
 from pytest_fabricqa.transport.base import CommandError, CommandResult, Host
 
 # $1 marker, $2 the sysfs script, $3 the header-read script, then the devices, "--", the allow-list entries.
-# The ASM offsets follow safety.asm_probe_offsets: block 0, then AU 1's backup header for 1-64 MiB AUs that fit.
+# probe() follows safety._probe_contents for the device and then each partition: block 0, then AU 1's backup
+# header for 1-64 MiB AUs that fit (when block 0 holds an intact ASM header the guard reads only the backup its
+# geometry names, a command not foreseen here: it then runs for real, on a device about to be refused anyway).
 _BATCH_SCRIPT = """mark=$1; sysfs=$2; reads=$3; shift 3
 t=$(mktemp -d) || exit 125
 trap 'rm -rf "$t"' EXIT
@@ -29,6 +31,18 @@ step() {
   printf '@@%s %s\\n' "$mark" "$rc"; printf '%s\\0' "$@"; printf '@@%s =\\n' "$mark"
   cat "$t/o"; printf '\\n@@%s -\\n' "$mark"; cat "$t/e"; printf '\\n@@%s .\\n' "$mark"
   return $rc
+}
+probe() {
+  step sh -c "$reads" sh "$1" 0
+  skips=
+  for mib in 1 2 4 8 16 32 64; do
+    au=$((mib * 1048576)); off=$((au + (au / 4096 - 2) * 4096))
+    if [ -z "$2" ] || [ $((off + 4096)) -le "$2" ]; then skips="$skips $((off / 256))"; fi
+  done
+  # $skips unquoted on purpose: one argument per offset.
+  [ -z "$skips" ] || step sh -c "$reads" sh "$1" $skips
+  step blkid -p -o export -- "$1"
+  step wipefs --no-act --json -- "$1"
 }
 common=
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
@@ -40,26 +54,27 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   step stat -L -c '%F %s' -- "$path" || continue
   kind=$(cat "$t/o"); ftype=${kind% *}; fsize=${kind##* }
   size=
+  : >"$t/sysfs"
   case $ftype in
     "block special file")
       case $name in
         ''|*[!A-Za-z0-9._:+@-]*) ;;
         *) step sh -c "$sysfs" sh "$name"
-           s=$(awk '$1 == "size" { print $3; exit }' "$t/o")
+           cp "$t/o" "$t/sysfs"
+           s=$(awk -v n="$name" '$1 == "size" && $2 == n { print $3; exit }' "$t/sysfs")
            case $s in ''|*[!0-9]*) ;; *) size=$((s * 512)) ;; esac ;;
       esac ;;
     "regular file") case $fsize in ''|*[!0-9]*) ;; *) size=$fsize ;; esac ;;
     *) continue ;;
   esac
-  skips=0
-  for mib in 1 2 4 8 16 32 64; do
-    au=$((mib * 1048576)); off=$((au + (au / 4096 - 2) * 4096))
-    if [ -z "$size" ] || [ $((off + 4096)) -le "$size" ]; then skips="$skips $((off / 256))"; fi
+  probe "$path" "$size"
+  for part in $(awk '$1 == "partition" { print $2 }' "$t/sysfs"); do
+    case $part in ''|*[!A-Za-z0-9._:+@-]*) continue ;; esac
+    s=$(awk -v n="$part" '$1 == "size" && $2 == n { print $3; exit }' "$t/sysfs")
+    psize=
+    case $s in ''|*[!0-9]*) ;; *) psize=$((s * 512)) ;; esac
+    probe "/dev/$part" "$psize"
   done
-  # $skips unquoted on purpose: one argument per offset.
-  step sh -c "$reads" sh "$path" $skips
-  step blkid -p -o export -- "$path"
-  step wipefs --no-act --json -- "$path"
   if [ -z "$common" ]; then
     common=1
     step cat /proc/self/mountinfo

@@ -164,7 +164,7 @@ def test_parse_blkid_export_unescapes_values() -> None:
 class ScriptedHost:
     """Answers the guard's commands from a table keyed by the command's first word(s)."""
 
-    def __init__(self, answers: dict[str, tuple[int, str, str]]) -> None:
+    def __init__(self, answers: dict[str, tuple[int, str, str] | None]) -> None:
         self.name = "el72h3"
         self.answers = answers
         self.commands: list[tuple[str, ...]] = []
@@ -177,6 +177,11 @@ class ScriptedHost:
         key = args[0] if args[0] != "sh" else ("sh-read" if "dd if" in args[2] else "sh-sysfs")
         if args[0] == "cat":
             key = args[1]
+        if key == "sh-read" and self.answers[key] is None:
+            # An empty device: every block asked for (the skips after the path) reads as zeros.
+            zeros = " 00" * 16 + "\n"
+            out = "".join(f"@block {skip}\n" + zeros * 16 for skip in args[5:])
+            return CommandResult(self.name, args, 0, out, "")
         code, out, err = self.answers[key]
         return CommandResult(self.name, args, code, out, err)
 
@@ -188,13 +193,12 @@ SYSFS = "dev nvme0n1 259:0\nsize nvme0n1 2344225968\npartition nvme0n1p1 259:1\n
 MOUNTINFO = "27 1 8:2 / / rw,relatime - ext4 /dev/sda2 rw\n40 27 259:1 / /u01 rw,relatime - xfs /dev/nvme0n1p1 rw\n"
 
 
-def _scripted(**overrides: tuple[int, str, str]) -> ScriptedHost:
-    empty_block = "".join(f"@block {n}\n" for n in range(8))
-    answers = {
+def _scripted(**overrides: tuple[int, str, str] | None) -> ScriptedHost:
+    answers: dict[str, tuple[int, str, str] | None] = {
         "readlink": (0, "/dev/nvme0n1\n", ""),
         "stat": (0, "block special file 0\n", ""),
         "sh-sysfs": (0, SYSFS, ""),
-        "sh-read": (0, empty_block, ""),
+        "sh-read": None,
         "blkid": (2, "", ""),
         "wipefs": (0, '{"signatures": []}', ""),
         "/proc/self/mountinfo": (0, MOUNTINFO, ""),

@@ -145,6 +145,15 @@ def _write_gpt(host: Host) -> None:
     host.run(["blockdev", "--rereadpt", SCRATCH])  # no udev here: the kernel reads the new table when asked
 
 
+def _asmlib_on_partition(host: Host) -> None:
+    """A GPT with vda1 at 1 MiB (sfdisk's default start), then the ASMLib label ``oracleasm createdisk DATA1``
+    stamps on the partition: "ORCLDISK" and the label at byte 0x20 (ASMLib's osmprivate.h)."""
+    _write_gpt(host)
+    label = bytearray(512)
+    label[0x20:0x2D] = b"ORCLDISKDATA1"
+    _write(host, SCRATCH, MiB, bytes(label))
+
+
 def _mkfs(host: Host, device: str) -> None:
     # Lazy init off: a mounted ext4 would otherwise zero its inode tables in the background while we hash.
     host.run(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", device], timeout=300)
@@ -260,6 +269,15 @@ CONTENTS: dict[str, tuple[Callable[[Host], None], tuple[str, ...], tuple[str, ..
         _asm_at(4 * MiB),
         (f"ORCLDISK) in the backup header for a 4 MiB AU (AU 1, block 1022) at byte 0x7fe020 {ASM_FOUND}",),
         ("in block 0", "1 MiB AU"),
+    ),
+    "asmlib-label-on-partition": (
+        _asmlib_on_partition,
+        (
+            "carries an ASMLib or ASM Filter Driver label DATA1 (ORCLDISKDATA1) in block 0 of partition vda1 "
+            "at byte 0x20",
+            "has partitions: vda1",
+        ),
+        (),
     ),
     "mkfs-ext4": (
         lambda host: _mkfs(host, SCRATCH),
