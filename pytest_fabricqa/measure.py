@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_fabricqa.cpu import ProcStatError, parse_samples, sampler_argv, window_usage
-from pytest_fabricqa.fio import ClientServerResult, FioServer, figures, run_fio_clients, total_mismatch
+from pytest_fabricqa.fio import ClientServerResult, FioServer, figures, run_fio_clients, shared_offsets, total_mismatch
 from pytest_fabricqa.fio.command import log_prefix
 from pytest_fabricqa.fio.logs import DEFAULT_LOG_MSEC, TimeSeries, build_timeseries
 from pytest_fabricqa.scaling import DEFAULT_KNEE_GAIN_PCT
@@ -35,15 +35,16 @@ from pytest_fabricqa.spread import (
     SamplingPlan,
     Spread,
     fio_steady_state_problems,
+    rsd_violations,
     run_rounds,
     sampling_plan,
     spread,
     summarise,
 )
+from pytest_fabricqa.thresholds import Thresholds, violations
 from pytest_fabricqa.transport.base import Host
-from pytest_fabricqa.workloads import Workload
+from pytest_fabricqa.workloads import MEASURE_KEYS, Workload
 
-MEASURE_KEYS = ("samples", "steady_state", "timeseries", "scaling", "knee_gain_pct")
 _SAFE_FILE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -66,7 +67,7 @@ class MeasurePlan:
 
 def measure_plan(section: Mapping[str, Any] | None, *, samples_override: int | None = None) -> MeasurePlan:
     """The lab file's ``workloads`` keys about measuring; :class:`SamplingError` names a bad key."""
-    section = dict(section or {})
+    section = {key: value for key, value in (section or {}).items() if key in MEASURE_KEYS}
     sampling = sampling_plan(section, samples_override=samples_override)
     raw = section.get("timeseries")
     series: SeriesPlan | None = None
@@ -109,6 +110,11 @@ class Point:
     notes: tuple[str, ...] = ()
 
     @property
+    def randseeds(self) -> dict[str, int]:
+        """The fio ``randseed`` each host ran with (the same in every round: a case repeats its offsets)."""
+        return {h.host: h.randseeds[0] for h in self.last.hosts if h.randseeds}
+
+    @property
     def last(self) -> ClientServerResult:
         """The last round's result (its raw JSON is what the report keeps)."""
         return self.results[-1]
@@ -137,6 +143,7 @@ def run_point(
     *,
     target: Host | None = None,
     workdir: str = "/tmp",
+    case: str | None = None,
 ) -> Point:
     """Run one point as ``plan`` says; see the module docstring. fio failures raise (FioError); a CPU sampler
     that failed only leaves the target's CPU out, with a note."""
@@ -155,7 +162,7 @@ def run_point(
             sampler = (
                 pool.submit(target.run, sampler_argv(max(seconds, 1)), check=False) if sample_cpu and target else None
             )
-            result = run_fio_clients(controller, jobs, workload, workdir=workdir, options=options, logs=logs)
+            result = run_fio_clients(controller, jobs, workload, workdir=workdir, options=options, logs=logs, case=case)
             sampled = sampler.result() if sampler is not None else None
         results.append(result)
         total = figures(result.total)
@@ -168,9 +175,7 @@ def run_point(
                 total["target_cpu_usr_pct"] = usage.usr_pct
                 total["target_cpu_sys_pct"] = usage.sys_pct
         problems = fio_steady_state_problems(result)
-        mismatch = total_mismatch(result)
-        if mismatch:
-            problems.append(mismatch)
+        problems += [p for p in (total_mismatch(result), shared_offsets(result)) if p]
         return total, problems
 
     rounds = run_rounds(plan.sampling, once)
@@ -208,6 +213,15 @@ def run_point(
         problems=rounds.problems,
         notes=tuple(dict.fromkeys(notes)),
     )
+
+
+def point_problems(point: Point, limits: Thresholds, *, label: str = "") -> list[str]:
+    """Every reason a point fails, as sentences: the lab's limits on its figures, its spread above
+    ``max_rsd_pct``, and what its rounds found (steady state not reached, hosts that do not add up)."""
+    problems = violations(point.figures, limits, label=label)
+    problems += rsd_violations(point.spreads, limits.max_rsd_pct, label=label, basis=point.spread_basis)
+    problems += [p for p in point.problems if p not in problems]
+    return problems
 
 
 def write_logs(folder: Path, logs: Mapping[str, str]) -> list[Path]:

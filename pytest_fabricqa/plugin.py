@@ -16,6 +16,7 @@ from pytest_fabricqa.errors import UserError
 from pytest_fabricqa.lab import PROTOCOLS, LabError, LabModel, iter_protocol_names, load_lab, resolve_lab_path
 
 if TYPE_CHECKING:
+    from pytest_fabricqa.measure import MeasurePlan
     from pytest_fabricqa.provision import Fabric
     from pytest_fabricqa.session import LabSession
     from pytest_fabricqa.transport.base import Host
@@ -28,6 +29,7 @@ ORACLE_SKIPPED_KEY = pytest.StashKey[int]()
 LEFTOVERS_KEY = pytest.StashKey["list[str]"]()
 FABRIC_USED_KEY = pytest.StashKey[bool]()
 WORKLOADS_KEY = pytest.StashKey["list[Workload]"]()
+MEASURE_KEY = pytest.StashKey["MeasurePlan"]()
 
 
 def _protocol_option(value: str) -> str:
@@ -46,6 +48,17 @@ def _positive_int(value: str) -> int:
         raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of seconds") from None
     if number < 1:
         raise argparse.ArgumentTypeError(f"{value!r}: give at least 1 second")
+    return number
+
+
+def _positive_count(value: str) -> int:
+    """argparse type for a whole number >= 1 (a count)."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: give at least 1")
     return number
 
 
@@ -72,6 +85,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=_positive_int,
         metavar="SECONDS",
         help="run every fio workload for this long (quick runs); overrides the lab file and the workload",
+    )
+    group.addoption(
+        "--fio-samples",
+        type=_positive_count,
+        metavar="K",
+        help="run every point K times and report the mean and the spread (RSD); overrides workloads.samples",
     )
     from pytest_fabricqa.reporting import addoption as reporting_addoption
 
@@ -101,6 +120,7 @@ def pytest_configure(config: pytest.Config) -> None:
         lab = load_lab(path)
         protocols = _selected_protocols(lab, config.getoption("protocol"), path)
         workloads = _workloads(lab, path, config.getoption("fio_runtime"))
+        measure = _measure(lab, path, config.getoption("fio_samples", None), workloads)
     except UserError as exc:
         raise pytest.UsageError(str(exc)) from None
     if getattr(config.option, "numprocesses", None) and getattr(config.option, "dist", "no") != "loadgroup":
@@ -111,6 +131,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[LAB_KEY] = lab
     config.stash[PROTOCOLS_KEY] = protocols
     config.stash[WORKLOADS_KEY] = workloads
+    config.stash[MEASURE_KEY] = measure
     from pytest_fabricqa.reporting import ReportPlugin
 
     config.pluginmanager.register(ReportPlugin(config, lab, protocols), "fabricqa-report")
@@ -170,6 +191,26 @@ def _workloads(lab: LabModel, path: Path, runtime: int | None) -> list[Workload]
         raise LabError(f"{path}: {exc}") from None
 
 
+def _measure(lab: LabModel, path: Path, samples: int | None, workloads: list[Workload]) -> MeasurePlan:
+    from pytest_fabricqa.measure import measure_plan
+
+    try:
+        plan = measure_plan(lab.workloads or None, samples_override=samples)
+    except UserError as exc:
+        raise LabError(f"{path}: {exc}") from None
+    names = [w.name for w in workloads]
+    for index, name in enumerate(plan.scaling):
+        if name not in names:
+            import difflib
+
+            close = difflib.get_close_matches(name, names, n=3) or names[:3]
+            raise LabError(
+                f"{path}: workloads.scaling[{index}]: {name!r} is not one of the workloads this run selects; "
+                f"did you mean {', '.join(close) or 'none (no workload is selected)'}?"
+            )
+    return plan
+
+
 def _log(config: pytest.Config, line: str) -> None:
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
@@ -196,6 +237,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "workload" in metafunc.fixturenames:
         workloads = metafunc.config.stash[WORKLOADS_KEY]
         metafunc.parametrize("workload", workloads, ids=[w.name for w in workloads])
+    if "scaling_workload" in metafunc.fixturenames:
+        # workloads.scaling: these run again from 1..N initiators (seed 003).
+        wanted = metafunc.config.stash[MEASURE_KEY].scaling
+        scaling = [w for w in metafunc.config.stash[WORKLOADS_KEY] if w.name in wanted]
+        metafunc.parametrize("scaling_workload", scaling, ids=[w.name for w in scaling])
     if "lab_host_name" in metafunc.fixturenames:
         roles_mark = metafunc.definition.get_closest_marker("roles")
         roles = set(roles_mark.args) if roles_mark else None

@@ -271,7 +271,9 @@ SET_SOURCES: Mapping[str, str] = {
 
 DEFAULT_SETS: tuple[str, ...] = tuple(SETS)
 
-_OVERRIDE_KEYS = ("sets", "disable", "only", "exclude", "runtime", "ramp_time", "workloads", "extra")
+# How each point is measured, read by pytest_fabricqa.measure (samples, steady state, time series, scaling, knee).
+MEASURE_KEYS = ("samples", "steady_state", "timeseries", "scaling", "knee_gain_pct")
+_OVERRIDE_KEYS = ("sets", "disable", "only", "exclude", "runtime", "ramp_time", "workloads", "extra", *MEASURE_KEYS)
 _PER_WORKLOAD_KEYS = ("runtime", "ramp_time", "size", "offset")
 _EXTRA_KEYS = (
     "name", "rw", "bs", "numjobs", "iodepth", "runtime", "ramp_time", "size", "offset", "writes", "options",

@@ -4,7 +4,10 @@ Each workload runs from every initiator at once through fio's client/server mode
 initiator, one ``--client`` per host), as seeds 000 and 003 loaded the storage from every RAC node. A case
 reports each host and the total, checks the total is the sum of the hosts and that each host ran its own
 random offset stream (its own fio ``randseed``, recorded per host), measures the target's CPU during the
-run and the link utilisation, and fails with every threshold it breaks. Writes go only to devices the lab marks
+run and the link utilisation, and fails with every threshold it breaks. With ``workloads.samples`` (or
+``--fio-samples``) a point runs k times and reports the mean and its spread, gated by ``max_rsd_pct``; with
+``workloads.timeseries`` each case keeps fio's logs and a time series per host. ``test_scaling`` runs the
+workloads named in ``workloads.scaling`` from 1..N initiators (seed 003). Writes go only to devices the lab marks
 ``writable``, and only after the data-safety guard found no ASM, filesystem, LVM or partition signature on them.
 """
 
@@ -15,13 +18,14 @@ from typing import Any
 
 import pytest
 
-from pytest_fabricqa.cpu import cpu_usage, read_cpu_times
-from pytest_fabricqa.fio import FioServer, figures, run_fio, run_fio_clients, shared_offsets, total_mismatch
+from pytest_fabricqa.fio import FioServer, figures, run_fio
 from pytest_fabricqa.lab import LabModel
+from pytest_fabricqa.measure import MeasurePlan, Point, point_problems, run_point, write_logs
 from pytest_fabricqa.provision import Fabric
 from pytest_fabricqa.report import model as rm
-from pytest_fabricqa.safety import guard
-from pytest_fabricqa.thresholds import fabric_efficiency, link_utilisation, thresholds_for, violations
+from pytest_fabricqa.safety_batch import GuardRequest, guard_hosts
+from pytest_fabricqa.scaling import efficiency_violations, scaling_points, subsets
+from pytest_fabricqa.thresholds import fabric_efficiency, link_utilisation, thresholds_for
 from pytest_fabricqa.transport.base import Host
 from pytest_fabricqa.workloads import Workload, case_id
 
@@ -42,20 +46,42 @@ _GUARDED: set[tuple[str, str, str]] = set()
 
 
 def _guard_writes(lab: LabModel, fabric: Fabric, lab_hosts: dict[str, Host]) -> None:
-    """Refuse to write to a device that carries an ASM header, a filesystem, LVM or a partition table."""
+    """Refuse to write to a device that carries an ASM header, a filesystem, LVM or a partition table: one probe
+    command per initiator, the initiators in parallel."""
+    target = lab.target_for(fabric.protocol)
+    requests: dict[str, list[GuardRequest]] = {}
     for device in fabric.devices:
         key = (fabric.protocol, device.initiator, device.path)
         if not device.writable or not device.load or key in _GUARDED:
             continue
-        allowed = (device.path,) if device.destructive_ok else ()
-        target = lab.target_for(fabric.protocol)
-        guard(
-            lab_hosts[device.initiator],
-            device.path,
-            allowed,
-            allow_key=f"targets[kind={target.kind}].devices.{device.backing}.destructive_ok: true",
+        requests.setdefault(device.initiator, []).append(
+            GuardRequest(
+                device.path,
+                (device.path,) if device.destructive_ok else (),
+                f"targets[kind={target.kind}].devices.{device.backing}.destructive_ok: true",
+            )
         )
-        _GUARDED.add(key)
+    guard_hosts(lab_hosts, requests)
+    _GUARDED.update((fabric.protocol, host, r.device) for host, rs in requests.items() for r in rs)
+
+
+def _jobs(fabric: Fabric, servers: list[FioServer], workload: Workload) -> list[tuple[FioServer, list[str]]]:
+    jobs = [(server, _devices(fabric, server.name, workload)) for server in servers]
+    return [(server, devices) for server, devices in jobs if devices]
+
+
+def _point(
+    lab: LabModel,
+    lab_hosts: dict[str, Host],
+    jobs: list[tuple[FioServer, list[str]]],
+    workload: Workload,
+    plan: MeasurePlan,
+    target_host: Host | None,
+    case: str,
+) -> Point:
+    point = run_point(lab_hosts[jobs[0][0].name], jobs, workload, plan, target=target_host, case=case)
+    point.figures["link_utilisation"] = link_utilisation(point.figures["mbps"], lab.network.link_speed_gbps)
+    return point
 
 
 @pytest.fixture(scope="session")
@@ -103,42 +129,98 @@ def test_fio(
     fabricqa_report: Any,
     request: pytest.FixtureRequest,
 ) -> None:
-    """One workload from every initiator at once; thresholds from the lab file; regressions against the
-    baseline fail the case itself."""
-    jobs = [(server, _devices(fabric, server.name, workload)) for server in fio_servers]
-    jobs = [(server, devices) for server, devices in jobs if devices]
+    """One workload from every initiator at once (k samples, time series as the lab says); thresholds and the
+    spread limit from the lab file; regressions against the baseline fail the case itself."""
+    from pytest_fabricqa.plugin import MEASURE_KEY
+
+    plan: MeasurePlan = request.config.stash[MEASURE_KEY]
+    jobs = _jobs(fabric, fio_servers, workload)
     if not jobs:
         pytest.skip(f"{protocol}: the lab marks no exported device writable, so {workload.name} does not run")
     if workload.writes:
         _guard_writes(lab, fabric, lab_hosts)
-    controller = lab_hosts[jobs[0][0].name]
-    cpu_before = read_cpu_times(target_host) if target_host else None
-    result = run_fio_clients(controller, jobs, workload, case=case_id(protocol, workload))
-    cpu = cpu_usage(cpu_before, read_cpu_times(target_host)) if target_host and cpu_before else None
-
-    total = figures(result.total)
-    total["link_utilisation"] = link_utilisation(total["mbps"], lab.network.link_speed_gbps)
-    if cpu is not None:
-        total["target_cpu_usr_pct"] = cpu.usr_pct
-        total["target_cpu_sys_pct"] = cpu.sys_pct
-    fabricqa_report.raw_path(case_id(protocol, workload)).write_text(result.raw_output)
+    cid = case_id(protocol, workload)
+    point = _point(lab, lab_hosts, jobs, workload, plan, target_host, cid)
+    fabricqa_report.raw_path(cid).write_text(point.last.raw_output)
+    extras: dict[str, Any] = {
+        "environment": {**lab_environment, "fio_version": point.last.fio_version},
+        "knee_gain_pct": plan.knee_gain_pct,
+        **point.extras(),
+    }
+    if point.last.logs:
+        kept = write_logs(fabricqa_report.raw_path(cid).with_suffix(".logs"), point.last.logs)
+        extras["timeseries_files"] = [str(p.relative_to(fabricqa_report.raw_dir.parent)) for p in kept]
 
     limits = thresholds_for(lab.thresholds_table(), protocol, workload.name)
-    problems = violations(total, limits, label=workload.name)
-    for problem in (total_mismatch(result), shared_offsets(result)):
-        if problem:
-            problems.append(problem)
+    problems = point_problems(point, limits, label=workload.name)
     case = _case(
         request,
         protocol,
         workload,
-        figures=total,
-        hosts={h.host: figures(h) for h in result.hosts},
+        figures=point.figures,
+        hosts=point.hosts,
         thresholds=limits.limits(),
         violations=tuple(problems),
-        extras={"environment": {**lab_environment, "fio_version": result.fio_version}},
-        randseeds={h.host: h.randseeds[0] for h in result.hosts if h.randseeds},
+        extras=extras,
+        randseeds=point.randseeds,
     )
+    regression = fabricqa_report.regressions(case)
+    fabricqa_report.record(replace(case, regression=regression), request)
+    if regression is not None:
+        problems.extend(regression.messages)
+    assert not problems, "\n".join(problems)
+
+
+def test_scaling(
+    lab: LabModel,
+    protocol: str,
+    scaling_workload: Workload,
+    fabric: Fabric,
+    fio_servers: list[FioServer],
+    lab_hosts: dict[str, Host],
+    target_host: Host | None,
+    fabricqa_report: Any,
+    request: pytest.FixtureRequest,
+) -> None:
+    """Seed 003: the workload from the first 1, 2, ... N initiators (lab-file order); IOPS, latency and the
+    scaling efficiency IOPS(n) / (n x IOPS(1)) per step, gated by the lab's ``min_scaling_efficiency``."""
+    from pytest_fabricqa.plugin import MEASURE_KEY
+
+    workload = scaling_workload
+    plan: MeasurePlan = replace(request.config.stash[MEASURE_KEY], series=None)
+    jobs = _jobs(fabric, fio_servers, workload)
+    if len(jobs) < 2:
+        pytest.skip(f"{protocol}: {workload.name} reaches {len(jobs)} initiator(s); scaling needs two or more")
+    if workload.writes:
+        _guard_writes(lab, fabric, lab_hosts)
+    cid = case_id(protocol, workload)
+    steps = [
+        (subset, _point(lab, lab_hosts, list(subset), workload, plan, target_host, cid)) for subset in subsets(jobs)
+    ]
+    points = scaling_points([([s.name for s, _ in subset], point.figures) for subset, point in steps])
+    limits = thresholds_for(lab.thresholds_table(), protocol, workload.name)
+    problems = efficiency_violations(points, limits.min_scaling_efficiency, label=workload.name)
+    for subset, point in steps:
+        step_limits = limits.model_copy(update={"min_iops": None, "min_mbps": None})  # IOPS limits are for all hosts
+        problems += [
+            f"{len(subset)} initiator(s): {p}" for p in point_problems(point, step_limits, label=workload.name)
+        ]
+    last = steps[-1][1]
+    figures = dict(last.figures)
+    if points[-1].efficiency is not None:
+        figures["scaling_efficiency"] = points[-1].efficiency
+    case = _case(
+        request,
+        protocol,
+        workload,
+        figures=figures,
+        hosts=last.hosts,
+        thresholds=limits.limits(),
+        violations=tuple(problems),
+        extras={"scaling": [p.to_dict() for p in points], "spread": last.extras()["spread"]},
+        randseeds=last.randseeds,
+    )
+    case = replace(case, case_id=f"{case.case_id}-scaling")
     regression = fabricqa_report.regressions(case)
     fabricqa_report.record(replace(case, regression=regression), request)
     if regression is not None:

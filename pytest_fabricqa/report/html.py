@@ -17,10 +17,12 @@ from typing import Any
 import jinja2
 
 from pytest_fabricqa import __version__
+from pytest_fabricqa.fio.logs import TimeSeries, Window
 from pytest_fabricqa.report import charts
 from pytest_fabricqa.report.compare import columns_from_run, compare_columns, render_html_table
 from pytest_fabricqa.report.formatting import format_figure, rw_label, size_bytes, workload_sort_key
 from pytest_fabricqa.report.model import Case, Run, overall_verdict, write_temp
+from pytest_fabricqa.scaling import DEFAULT_KNEE_GAIN_PCT, ScalingPoint, knee
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -82,6 +84,21 @@ class Group:
     headers: list[str]
     show_qd: bool = True
     show_host: bool = True
+    knee: str = ""
+    """The sweep's knee in words (seed 002), when the group is a sweep."""
+    series: list[tuple[str, str]] = field(default_factory=list)
+    """(case id, time-series chart) for every case that kept fio's logs."""
+
+
+@dataclass
+class ScalingView:
+    """A scaling run (seed 003): a table per step, its chart, the verdict and why it failed."""
+
+    title: str
+    verdict: str
+    chart: str | None
+    rows: list[list[str]]
+    reasons: list[str]
 
 
 @dataclass
@@ -91,6 +108,7 @@ class ProtocolSection:
     verdict: str
     counts: dict[str, int]
     groups: list[Group]
+    scaling: list[ScalingView] = field(default_factory=list)
 
 
 @dataclass
@@ -100,8 +118,13 @@ class Failure:
     reason: str
 
 
-TABLE_METRICS = ("iops", "mbps", "lat_mean_us", "lat_p99_us", "lat_p999_us", "cpu_usr_pct", "cpu_sys_pct")
-TABLE_HEADERS = ("IOPS", "MB/s", "mean µs", "p99 µs", "p99.9 µs", "CPU usr %", "CPU sys %")
+TABLE_METRICS = (
+    "iops", "iops_rsd_pct", "mbps", "lat_mean_us", "lat_p99_us", "lat_p999_us", "cpu_usr_pct", "cpu_sys_pct",
+    "target_cpu_sys_pct",
+)  # fmt: skip
+TABLE_HEADERS = (
+    "IOPS", "IOPS RSD %", "MB/s", "mean µs", "p99 µs", "p99.9 µs", "CPU usr %", "CPU sys %", "target CPU sys %",
+)  # fmt: skip
 
 
 def _cells(figures: dict[str, float], metrics: Sequence[str]) -> list[str]:
@@ -140,28 +163,51 @@ def _point(case: Case, x: float) -> charts.Point:
     )
 
 
-def _sweep_series(cases: Sequence[Case]) -> tuple[list[charts.Series], dict[str, Any]] | None:
-    """Lines per jobs over queue depth; or, without queue depths, one line over jobs. None: nothing to draw."""
+def _knee_gain_pct(cases: Sequence[Case]) -> float:
+    for case in cases:
+        value = case.extras.get("knee_gain_pct")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    return DEFAULT_KNEE_GAIN_PCT
+
+
+def _sweep_series(cases: Sequence[Case]) -> tuple[list[charts.Series], dict[str, Any], str] | None:
+    """IOPS and p99 against outstanding I/O (jobs x QD), one line per jobs count, the sweep's knee marked (seed
+    002); or, without queue depths, one line over jobs. None: nothing to draw. The third item says the knee."""
     work = [(c, c.workload) for c in cases if c.workload is not None]
     if not any("iops" in c.figures or "lat_p99_us" in c.figures for c, _ in work):
         return None
     depths = {w.iodepth for _, w in work}
     jobs = sorted({w.numjobs for _, w in work})
     if None not in depths and len(depths) > 1:
-        series = [
-            charts.Series(
-                f"{j} job{'s' if j != 1 else ''}",
-                tuple(sorted((_point(c, float(w.iodepth or 0)) for c, w in work if w.numjobs == j), key=lambda p: p.x)),
+        # The knee walks the whole sweep in order of outstanding I/O (then jobs): the last step that still paid.
+        ordered = sorted(work, key=lambda cw: (cw[1].outstanding or 0, cw[1].numjobs))
+        gain = _knee_gain_pct(cases)
+        at = knee([c.figures.get("iops") for c, _ in ordered], gain)
+        knee_case = ordered[at] if at is not None else None
+        series = []
+        for j in jobs:
+            points = tuple(
+                sorted((_point(c, float(w.outstanding or 0)) for c, w in work if w.numjobs == j), key=lambda p: p.x)
             )
-            for j in jobs
-        ]
-        ticks = sorted(float(d) for d in depths if d is not None)
+            knee_x = None
+            if knee_case is not None and knee_case[1].numjobs == j:
+                knee_x = float(knee_case[1].outstanding or 0)
+            series.append(charts.Series(f"{j} job{'s' if j != 1 else ''}", points, knee=knee_x))
+        ticks = sorted({float(w.outstanding or 0) for _, w in work})
         options: dict[str, Any] = {
-            "x_label": "queue depth per job",
+            "x_label": "outstanding I/O (jobs × queue depth)",
             "x_ticks": ticks,
             "x_tick_labels": [f"{t:g}" for t in ticks],
         }
-        return series, options
+        said = ""
+        if knee_case is not None:
+            w = knee_case[1]
+            said = (
+                f"Knee: {w.numjobs} job{'s' if w.numjobs != 1 else ''} × QD {w.iodepth} ({w.outstanding} outstanding "
+                f"I/Os), the last step of the sweep that still gained more than {gain:g}% IOPS."
+            )
+        return series, options, said
     if len(jobs) > 1:
         points = tuple(sorted((_point(c, float(w.numjobs)) for c, w in work), key=lambda p: p.x))
         options = {
@@ -170,12 +216,64 @@ def _sweep_series(cases: Sequence[Case]) -> tuple[list[charts.Series], dict[str,
             "x_tick_labels": [str(j) for j in jobs],
             "log_x": False,
         }
-        return [charts.Series("", points)], options
+        return [charts.Series("", points)], options, ""
     return None
 
 
+def _timeseries_chart(case: Case, chart_id: str) -> str | None:
+    data = case.extras.get("timeseries")
+    if not isinstance(data, dict):
+        return None
+    try:
+        series = TimeSeries.from_dict(data)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+    def points(windows: Sequence[Window]) -> list[tuple[float, float | None, float | None]]:
+        return [(w.t_s, w.iops, w.p99_us) for w in windows]
+
+    return charts.timeseries_chart(
+        {host: points(ws) for host, ws in series.hosts.items()}, points(series.cluster), chart_id=chart_id
+    )
+
+
+def _scaling_view(case: Case, chart_id: str) -> ScalingView | None:
+    raw = case.extras.get("scaling")
+    if not isinstance(raw, list):
+        return None
+    try:
+        steps = [ScalingPoint.from_dict(item) for item in raw]
+    except (ValueError, KeyError, TypeError):
+        return None
+    minimum = case.thresholds.get("min_scaling_efficiency")
+    rows = [
+        [
+            str(p.n),
+            ", ".join(p.hosts),
+            format_figure("iops", p.iops),
+            format_figure("lat_p99_us", p.lat_p99_us) if p.lat_p99_us is not None else "–",
+            format_figure("scaling_efficiency", p.efficiency) if p.efficiency is not None else "–",
+        ]
+        for p in steps
+    ]
+    chart = None
+    if steps:
+        chart = charts.scaling_chart(
+            [(p.n, p.iops, p.lat_p99_us, p.efficiency) for p in steps], min_efficiency=minimum, chart_id=chart_id
+        )
+    w = case.workload
+    title = f"Scaling: {w.name if w else case.case_id} from 1 to {len(steps)} initiators"
+    reasons = _reasons(case) if case.verdict in ("failed", "error") else []
+    return ScalingView(title, case.verdict, chart, rows, reasons)
+
+
+def _is_scaling(case: Case) -> bool:
+    return "scaling" in case.extras
+
+
 def _protocol_section(run: Run, protocol: str, chart_ids: list[int]) -> ProtocolSection:
-    cases = [c for c in run.cases_for(protocol) if c.suite == "performance" and c.workload is not None]
+    performance = [c for c in run.cases_for(protocol) if c.suite == "performance" and c.workload is not None]
+    cases = [c for c in performance if not _is_scaling(c)]
     grouped: dict[tuple[int, str, int, str, str], list[Case]] = {}
     for case in sorted(cases, key=lambda c: workload_sort_key(c.workload)):  # type: ignore[arg-type]
         grouped.setdefault(_group_key(case), []).append(case)
@@ -205,24 +303,43 @@ def _protocol_section(run: Run, protocol: str, chart_ids: list[int]) -> Protocol
                 # Reasons go below the host rows so the numbers of one case stay together.
                 rows.append(Row("", "", "", [], case.verdict, kind="reasons", reasons=_reasons(case)))
         chart = None
+        knee_text = ""
         sweep = _sweep_series(members)
         if sweep is not None:
             chart_ids[0] += 1
-            series, options = sweep
+            series, options, knee_text = sweep
             chart = charts.sweep_chart(series, chart_id=f"c{chart_ids[0]}", **options)
+        over_time = []
+        for case in members:
+            chart_ids[0] += 1
+            svg = _timeseries_chart(case, f"c{chart_ids[0]}")
+            if svg is not None:
+                over_time.append((case.case_id, svg))
         title = _group_title(members[0])
         show_qd = any(c.workload is not None and c.workload.iodepth is not None for c in members)
         show_host = any(c.hosts for c in members)
-        groups.append(Group(title, f"{protocol}-{len(groups) + 1}", chart, rows, headers, show_qd, show_host))
+        groups.append(
+            Group(
+                title, f"{protocol}-{len(groups) + 1}", chart, rows, headers, show_qd, show_host, knee_text, over_time
+            )
+        )
+    scaling = []
+    for case in performance:
+        if _is_scaling(case):
+            chart_ids[0] += 1
+            view = _scaling_view(case, f"c{chart_ids[0]}")
+            if view is not None:
+                scaling.append(view)
     all_cases = run.cases_for(protocol)
     counts = {v: sum(1 for c in all_cases if c.verdict == v) for v in ("passed", "failed", "error", "skipped")}
-    return ProtocolSection(protocol_name(protocol), protocol, run.verdict(protocol), counts, groups)
+    return ProtocolSection(protocol_name(protocol), protocol, run.verdict(protocol), counts, groups, scaling)
 
 
 def _comparison(run: Run, chart_ids: list[int]) -> tuple[str, list[tuple[str, str]]] | None:
     """The protocol-against-protocol table and one chart per access pattern, for multi-protocol runs."""
     perf = {
-        p: [c for c in run.cases_for(p, "performance") if c.workload is not None and c.figures] for p in run.protocols
+        p: [c for c in run.cases_for(p, "performance") if c.workload is not None and c.figures and not _is_scaling(c)]
+        for p in run.protocols
     }
     if sum(1 for cases in perf.values() if cases) < 2:
         return None
