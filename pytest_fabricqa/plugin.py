@@ -132,6 +132,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[PROTOCOLS_KEY] = protocols
     config.stash[WORKLOADS_KEY] = workloads
     config.stash[MEASURE_KEY] = measure
+    if config.pluginmanager.hasplugin("xdist"):
+        from pytest_fabricqa.xdist_groups import register as register_xdist_groups
+
+        register_xdist_groups(config)
     from pytest_fabricqa.reporting import ReportPlugin
 
     config.pluginmanager.register(ReportPlugin(config, lab, protocols), "fabricqa-report")
