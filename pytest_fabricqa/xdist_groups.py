@@ -79,7 +79,7 @@ class ControllerGroups:
 
         folder = self.folder
 
-        class TargetGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        class TargetGroupScheduling(LoadScopeScheduling):
             """One work unit per xdist group (one per target host); every other case is a unit of its own."""
 
             _groups: dict[str, str] | None = None
