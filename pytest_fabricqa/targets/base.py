@@ -8,6 +8,7 @@ of every step on an :class:`UndoStack` *before* the step runs, and reports what 
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -80,10 +81,22 @@ class UndoStack:
         self._actions: list[tuple[str, Callable[[], None]]] = []
         self._lock = threading.Lock()
 
-    def push(self, what: str, action: Callable[[], None]) -> None:
-        """Register ``action`` (described by ``what``) to run at :meth:`unwind`."""
+    def push(self, what: str, action: Callable[[], None]) -> Callable[[], None]:
+        """Register ``action`` (described by ``what``) to run at :meth:`unwind`.
+
+        Returns a function that takes the registration back: call it when the step turned out to create nothing
+        (the object was already there), so the undo never removes what someone else made.
+        """
+        entry = (what, action)
         with self._lock:
-            self._actions.append((what, action))
+            self._actions.append(entry)
+
+        def discard() -> None:
+            with self._lock:
+                if entry in self._actions:
+                    self._actions.remove(entry)
+
+        return discard
 
     def __len__(self) -> int:
         return len(self._actions)
@@ -122,6 +135,18 @@ class Target(Protocol):
 
 
 TargetFactory = Callable[[LabModel, TargetModel, Mapping[str, Host]], Target]
+
+
+def mark_number(mark: str, what: str, low: int, high: int) -> int:
+    """A number in ``[low, high)`` derived from the plugin's mark and what it numbers (an HBA, a port).
+
+    Tools number these objects from the bottom up (targetcli's HBAs from 0, nvmetcli's ports from 1), and a number
+    read as free and created a moment later can be taken in between. A number derived from the mark lies far from
+    theirs and differs between two marks; a taken one is still detected at creation (``mkdir`` is atomic), and the
+    caller then moves on to the next.
+    """
+    digest = hashlib.sha256(f"{mark}\0{what}".encode()).digest()
+    return low + int.from_bytes(digest[:4], "big") % (high - low)
 
 
 def target_index(lab: LabModel, model: TargetModel) -> int:

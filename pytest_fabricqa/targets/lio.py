@@ -22,11 +22,22 @@ from typing import Any
 
 from pytest_fabricqa.lab import IQN_RE, LabModel, TargetModel
 from pytest_fabricqa.targets import remote
-from pytest_fabricqa.targets.base import Export, ExportedUnit, ProvisionError, UndoStack, command_tail, target_index
+from pytest_fabricqa.targets.base import (
+    Export,
+    ExportedUnit,
+    ProvisionError,
+    UndoStack,
+    command_tail,
+    mark_number,
+    target_index,
+)
 from pytest_fabricqa.transport.base import CommandError, Host
 
 ROOT = "/sys/kernel/config/target"
 TPG = "tpgt_1"
+# HBA indexes are derived from the mark in this range (targetcli numbers from 0 up); tries before giving up.
+HBA_INDEXES = (100_000, 2**31 - 1)
+HBA_TRIES = 16
 _BACKSTORE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 SNAPSHOT_SCRIPT = r"""
@@ -265,8 +276,8 @@ class LioTarget:
         undo.push(f"remove {self.state_file}", partial(remote.remove_state, self.host, self.state_file))
         remote.write_state(self.host, self.state_file, state)
         for lun in plan.luns:
-            self._make_backstore(lun, hbas[lun.lun], undo)
-        self._make_target(plan, hbas, undo)
+            hbas[lun.lun] = self._make_backstore(lun, hbas[lun.lun], snap, undo, state)
+        self._make_target(plan, hbas, undo, state)
         units = tuple(
             ExportedUnit(plan.iqn, lun.lun, lun.backing, lun.path, lun.writable, lun.destructive_ok)
             for lun in plan.luns
@@ -304,21 +315,43 @@ class LioTarget:
             )
 
     def _pick_hbas(self, plan: LioPlan, snap: LioSnapshot) -> dict[int, str]:
-        # One HBA per backstore (as rtslib does), at indexes nobody uses, so removing ours touches nothing else.
-        used = {int(h.rsplit("_", 1)[1]) for h in snap.hbas if h.rsplit("_", 1)[1].isdigit()}
-        chosen: dict[int, str] = {}
-        for lun in plan.luns:
-            index = next(i for i in range(len(used) + len(plan.luns) + 1) if i not in used)
-            used.add(index)
-            chosen[lun.lun] = f"iblock_{index}"
-        return chosen
+        # One HBA per backstore (as rtslib does), at indexes derived from the backstore's name: two sessions with
+        # different marks never pick the same, and nobody else's tool counts up that far.
+        return {lun.lun: self._next_hba(lun, snap, set()) for lun in plan.luns}
 
-    def _make_backstore(self, lun: LioLun, hba: str, undo: UndoStack) -> None:
+    def _next_hba(self, lun: LioLun, snap: LioSnapshot, tried: set[str]) -> str:
+        low, high = HBA_INDEXES
+        start = mark_number(self.model.name_prefix, lun.backstore, low, high)
+        for step in range(high - low):
+            name = f"iblock_{low + (start - low + step) % (high - low)}"
+            if name not in snap.hbas and name not in tried:
+                return name
+        raise self._fail("no free LIO HBA index", "remove unused HBAs under /sys/kernel/config/target/core")
+
+    def _make_backstore(self, lun: LioLun, hba: str, snap: LioSnapshot, undo: UndoStack, state: dict[str, Any]) -> str:
+        """Create an HBA and the backstore in it; the HBA actually used (the planned one may have been taken)."""
         host = self.host
-        hba_path = f"{ROOT}/core/{hba}"
+        tried: set[str] = set()
+        while True:
+            hba_path = f"{ROOT}/core/{hba}"
+            discard = undo.push(f"remove HBA {hba}", partial(remote.rmdir_if, host, hba_path))
+            if self._create(f"cannot create HBA {hba}", hba_path):
+                break
+            # Made by someone else since the snapshot: not ours to use, remove or list. Take the next index.
+            discard()
+            tried.add(hba)
+            if len(tried) >= HBA_TRIES:
+                raise self._fail(
+                    f"LIO HBAs {', '.join(sorted(tried))} were each taken while fabricqa created them",
+                    "another session or tool is creating HBAs on this target; run one at a time",
+                )
+            new = self._next_hba(lun, snap, tried)
+            state["hbas"] = sorted({*state["hbas"], new} - {hba})
+            state["backstores"] = [b for b in state["backstores"] if b != f"{hba}/{lun.backstore}"]
+            state["backstores"].append(f"{new}/{lun.backstore}")
+            remote.write_state(host, self.state_file, state)
+            hba = new
         path = f"{hba_path}/{lun.backstore}"
-        undo.push(f"remove HBA {hba}", partial(remote.rmdir_if, host, hba_path))
-        self._step(f"cannot create HBA {hba}", partial(remote.mkdir, host, hba_path))
         undo.push(f"remove backstore {lun.backstore}", partial(remote.rmdir_if, host, path))
         self._step(f"cannot create backstore {lun.backstore}", partial(remote.mkdir, host, path))
         self._step(
@@ -333,15 +366,31 @@ class LioTarget:
             partial(remote.write, host, f"{path}/enable", "1"),
             f"check that {lun.path} is not mounted, held by device-mapper or exported exclusively elsewhere",
         )
+        return hba
 
-    def _make_target(self, plan: LioPlan, hbas: dict[int, str], undo: UndoStack) -> None:
+    def _create(self, what: str, path: str, fix: str = "") -> bool:
+        """``mkdir`` one configfs object: True when this step made it, False when it was already there."""
+        try:
+            return remote.create_dir(self.host, path)
+        except CommandError as exc:
+            raise self._fail(f"{what} ({command_tail(exc)})", fix or "see the target's dmesg") from None
+
+    def _make_target(self, plan: LioPlan, hbas: dict[int, str], undo: UndoStack, state: dict[str, Any]) -> None:
         host = self.host
         target = f"{ROOT}/iscsi/{plan.iqn}"
         tpg = f"{target}/{TPG}"
         # The iscsi fabric group appears on first mkdir (it loads iscsi_target_mod); it is shared, never removed.
         self._step("cannot register the iSCSI fabric in configfs", partial(host.run, ["mkdir", "-p", f"{ROOT}/iscsi"]))
-        undo.push(f"remove iSCSI target {plan.iqn}", partial(remove_target, host, plan.iqn))
-        self._step(f"cannot create iSCSI target {plan.iqn}", partial(remote.mkdir, host, target))
+        discard = undo.push(f"remove iSCSI target {plan.iqn}", partial(remove_target, host, plan.iqn))
+        if not self._create(f"cannot create iSCSI target {plan.iqn}", target):
+            # Created by someone else since the snapshot: neither ours to remove now nor at the next start.
+            discard()
+            state["targets"] = [t for t in state["targets"] if t != plan.iqn]
+            remote.write_state(host, self.state_file, state)
+            raise self._fail(
+                f"iSCSI target {plan.iqn} appeared while fabricqa was creating it (another session or tool)",
+                f"let the other session finish, or use another IQN in {self.where}.iscsi.iqn",
+            )
         self._step(f"cannot create {TPG} of {plan.iqn}", partial(remote.mkdir, host, tpg))
         for lun in plan.luns:
             lun_dir = f"{tpg}/lun/lun_{lun.lun}"

@@ -32,6 +32,7 @@ from pytest_fabricqa.targets.base import (
     ProvisionError,
     UndoStack,
     command_tail,
+    mark_number,
     target_index,
 )
 from pytest_fabricqa.transport.base import CommandError, Host
@@ -39,6 +40,9 @@ from pytest_fabricqa.transport.base import CommandError, Host
 ROOT = "/sys/kernel/config/nvmet"
 TRTYPE = {"nvme-tcp": "tcp", "nvme-rdma": "rdma"}
 MAX_MODEL = 40  # NVMe Identify Controller MN is 40 bytes
+# Port IDs are 16-bit; ours are derived from the mark in this range (nvmetcli numbers from 1 up).
+PORT_IDS = (10_000, 65_535)
+PORT_TRIES = 16
 
 # Everything this module needs to know about the nvmet tree, in one round trip. Fixed text; no arguments.
 SNAPSHOT_SCRIPT = r"""
@@ -530,12 +534,15 @@ class NvmetTarget:
         remote.write_state(self.host, self.state_file, state)
         for nqn in new_hosts:
             path = f"{ROOT}/hosts/{nqn}"
-            undo.push(f"remove nvmet host {nqn}", partial(remote.rmdir_if, self.host, path))
-            self._step(f"cannot create nvmet host entry {nqn}", lambda p=path: remote.mkdir(self.host, p))
+            discard = undo.push(f"remove nvmet host {nqn}", partial(remote.rmdir_if, self.host, path))
+            if not self._create(f"cannot create nvmet host entry {nqn}", path):
+                # Another session or tool made it since the snapshot: shared, used as it is, never removed by us.
+                discard()
+                self._forget(state, "hosts", nqn)
         for sub in plan.subsystems:
-            self._make_subsystem(sub, undo)
+            self._make_subsystem(sub, undo, state)
         for index, port in enumerate(plan.ports):
-            self._make_port(port, portids[index], undo)
+            portids[index] = self._make_port(port, portids[index], snap, undo, state)
         self.last_plan, self.last_portids = plan, portids
         units = tuple(
             ExportedUnit(sub.nqn, ns.nsid, ns.backing, ns.path, ns.writable, ns.destructive_ok)
@@ -595,25 +602,50 @@ class NvmetTarget:
                     )
 
     def _pick_portids(self, plan: NvmetPlan, snap: NvmetSnapshot) -> dict[int, int]:
+        # A saved configuration's port ID where it is free; else one derived from the mark and the port's address,
+        # so that two sessions with different marks never reach for the same ID.
         used = set(snap.ports)
         chosen: dict[int, int] = {}
         for index, port in enumerate(plan.ports):
-            portid = port.portid if port.portid and port.portid not in used else None
-            if portid is None:
-                portid = next(i for i in range(1, 65536) if i not in used)
+            portid = port.portid if port.portid and port.portid not in used else self._next_portid(port, used)
             used.add(portid)
             chosen[index] = portid
         return chosen
 
-    def _make_subsystem(self, sub: NvmetSubsystem, undo: UndoStack) -> None:
+    def _next_portid(self, port: NvmetPort, used: set[int]) -> int:
+        low, high = PORT_IDS
+        start = mark_number(self.model.name_prefix, f"{port.trtype}:{port.traddr}:{port.trsvcid}", low, high)
+        for step in range(high - low):
+            portid = low + (start - low + step) % (high - low)
+            if portid not in used:
+                return portid
+        raise self._fail("no free nvmet port ID", "remove unused ports under /sys/kernel/config/nvmet/ports")
+
+    def _create(self, what: str, path: str, fix: str = "") -> bool:
+        """``mkdir`` one configfs object: True when this step made it, False when it was already there."""
+        try:
+            return remote.create_dir(self.host, path)
+        except CommandError as exc:
+            raise self._fail(f"{what} ({command_tail(exc)})", fix or "see the target's dmesg") from None
+
+    def _forget(self, state: dict[str, Any], key: str, value: Any) -> None:
+        """Drop an object that turned out not to be ours from the state file, so no later run removes it."""
+        state[key] = [v for v in state[key] if v != value]
+        remote.write_state(self.host, self.state_file, state)
+
+    def _make_subsystem(self, sub: NvmetSubsystem, undo: UndoStack, state: dict[str, Any]) -> None:
         base = f"{ROOT}/subsystems/{sub.nqn}"
         host = self.host
-        undo.push(f"remove nvmet subsystem {sub.nqn}", lambda: remove_subsystem(host, sub.nqn))
-        self._step(
-            f"cannot create nvmet subsystem {sub.nqn}",
-            lambda: remote.mkdir(host, base),
-            f"check the NQN in {self.where}.nvme and that configfs is mounted",
-        )
+        discard = undo.push(f"remove nvmet subsystem {sub.nqn}", lambda: remove_subsystem(host, sub.nqn))
+        if not self._create(
+            f"cannot create nvmet subsystem {sub.nqn}", base, f"check the NQN in {self.where}.nvme and configfs"
+        ):
+            discard()
+            self._forget(state, "subsystems", sub.nqn)
+            raise self._fail(
+                f"nvmet subsystem {sub.nqn} appeared while fabricqa was creating it (another session or tool)",
+                f"let the other session finish, or use another NQN in {self.where}.nvme.subsystems",
+            )
         attrs = dict(sub.attrs)
         attrs.setdefault("model", self.mark)
         for name, value in attrs.items():
@@ -653,11 +685,28 @@ class NvmetTarget:
                     "(a file on tmpfs needs buffered_io=1)",
                 )
 
-    def _make_port(self, port: NvmetPort, portid: int, undo: UndoStack) -> None:
-        base = f"{ROOT}/ports/{portid}"
+    def _make_port(
+        self, port: NvmetPort, portid: int, snap: NvmetSnapshot, undo: UndoStack, state: dict[str, Any]
+    ) -> int:
+        """Create the port (under the next derived ID if the planned one was taken meanwhile); the ID used."""
         host = self.host
-        undo.push(f"remove nvmet port {portid}", lambda: remove_port(host, portid))
-        self._step(f"cannot create nvmet port {portid}", lambda: remote.mkdir(host, base))
+        used = set(snap.ports) | {portid}
+        for _ in range(PORT_TRIES):
+            base = f"{ROOT}/ports/{portid}"
+            discard = undo.push(f"remove nvmet port {portid}", partial(remove_port, host, portid))
+            if self._create(f"cannot create nvmet port {portid}", base):
+                break
+            discard()
+            new = self._next_portid(port, used)
+            used.add(new)
+            state["ports"] = sorted({*state["ports"], new} - {portid})
+            remote.write_state(host, self.state_file, state)
+            portid = new
+        else:
+            raise self._fail(
+                f"nvmet port IDs were each taken while fabricqa created them (last tried {portid})",
+                "another session or tool is creating nvmet ports on this target; run one at a time",
+            )
         for attr, value in (
             ("addr_trtype", port.trtype),
             ("addr_adrfam", port.adrfam),
@@ -682,6 +731,7 @@ class NvmetTarget:
                 lambda n=nqn: remote.link(host, f"{ROOT}/subsystems/{n}", f"{base}/subsystems/{n}"),
                 fix,
             )
+        return portid
 
     # -- stale state and leftovers -------------------------------------------------------------------------
     def _ours(self, snap: NvmetSnapshot) -> tuple[list[int], list[str], list[str], bool]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pytest_fabricqa.transport.base import Host
+from pytest_fabricqa.transport.base import CommandError, Host
 
 STATE_DIR = "/run/fabricqa"
 
@@ -30,6 +30,20 @@ def write(host: Host, path: str, value: str) -> None:
 def mkdir(host: Host, path: str) -> None:
     """Create one configfs object (a directory)."""
     host.run(["mkdir", path])
+
+
+def create_dir(host: Host, path: str) -> bool:
+    """Create one configfs object; False (and nothing created) when it already exists.
+
+    ``mkdir`` is atomic: of two sessions creating the same object, exactly one gets True. The other must neither
+    use nor remove the object, which is why "already exists" is an answer here rather than an error.
+    """
+    result = host.run(["mkdir", path], check=False)
+    if result.ok:
+        return True
+    if "File exists" in result.stderr:
+        return False
+    raise CommandError(result)
 
 
 def rmdir_if(host: Host, path: str) -> None:
