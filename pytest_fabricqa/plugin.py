@@ -163,7 +163,13 @@ class _LoadgroupIds:
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Under xdist the controller owns the virtual lab its workers booted: stop it when the run ends."""
     lab = config.stash.get(LAB_KEY, None)
-    if lab is None or lab.vlab is None or hasattr(config, "workerinput"):
+    if lab is None or hasattr(config, "workerinput"):
+        return
+    if lab.vlab is None:
+        if getattr(config.option, "numprocesses", None) and not config.option.collectonly:
+            from pytest_fabricqa.session import release_lock, state_folder
+
+            release_lock(lab, state_folder(config.rootpath, config.getini("fabricqa_state_dir") or None))
         return
     import os
 
@@ -216,8 +222,15 @@ def _measure(lab: LabModel, path: Path, samples: int | None, workloads: list[Wor
 
 
 def _log(config: pytest.Config, line: str) -> None:
+    """One line on the terminal, also from inside a fixture (where output capture would swallow it)."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
+    if reporter is None:
+        return
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if capture is None:
+        reporter.write_line(line)
+        return
+    with capture.global_and_fixture_disabled():
         reporter.write_line(line)
 
 
@@ -352,14 +365,18 @@ def lab(pytestconfig: pytest.Config) -> LabModel:
 @pytest.fixture(scope="session")
 def lab_session(lab: LabModel, pytestconfig: pytest.Config) -> Iterator[LabSession]:
     """The session's connections to the lab's hosts (opened on first use, closed at the end)."""
+    from pytest_fabricqa.lablock import LabInUse
     from pytest_fabricqa.session import LabSession
 
-    session = LabSession.open(
-        lab,
-        pytestconfig.rootpath,
-        pytestconfig.getini("fabricqa_state_dir") or None,
-        log=lambda line: _log(pytestconfig, line),
-    )
+    try:
+        session = LabSession.open(
+            lab,
+            pytestconfig.rootpath,
+            pytestconfig.getini("fabricqa_state_dir") or None,
+            log=lambda line: _log(pytestconfig, line),
+        )
+    except LabInUse as exc:
+        pytest.exit(f"fabricqa: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
     pytestconfig.stash[SESSION_KEY] = session
     try:
         yield session

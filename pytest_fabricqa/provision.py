@@ -262,6 +262,15 @@ def _connect_nvme(lab: LabModel, export: Export, host: Host, undo: UndoStack) ->
                 f"{', '.join(discovered) or 'nothing'})",
                 f"allow host NQN {hostnqn or '(the host default)'} on the subsystem, and link it to the port",
             )
+    # Connected before this run's connect (a killed run's controllers were removed at the start): someone else's.
+    # Connecting would fail or join their controller as a path, and our disconnect would then end their I/O.
+    already = sorted({c.subsysnqn for c in nvme.state(host)[0]} & set(export.subsystems))
+    if already:
+        raise ProvisionError(
+            host.name,
+            f"{', '.join(already)} is already connected on this host, and not by this run",
+            f"if nothing uses it, disconnect it (nvme disconnect -n {already[0]}); else wait for whoever uses it",
+        )
     for nqn in export.subsystems:
         undo.push(f"disconnect {nqn}", partial(nvme.disconnect, host, nqn))
         try:
@@ -336,6 +345,13 @@ def _connect_iscsi(lab: LabModel, model: TargetModel, export: Export, host: Host
             "check the target IQN and that its TPG is enabled",
         )
     portal = next((t.portal for t in targets if t.iqn == iqn and t.portal == portal), portal)
+    if any(s.iqn == iqn for s in iscsi.sessions(host)):
+        # Logged in before this run's login (a killed run's sessions were ended at the start): someone else's.
+        raise ProvisionError(
+            host.name,
+            f"a session to {iqn} already exists on this host, and not by this run",
+            f"if nothing uses it, log it out (iscsiadm -m node -T {iqn} -u); else wait for whoever uses it",
+        )
     undo.push(f"log out of {iqn}", partial(iscsi.logout, host, iqn, portal))
     try:
         iscsi.login(host, iqn, portal, iface)

@@ -36,16 +36,46 @@ class LabSession:
         """
         folder = state_folder(rootdir, state_dir)
         if lab.vlab is None:
-            return cls(lab, make_hosts(lab), folder)
-        from pytest_fabricqa.vlab_lab import controller_pid, ensure_running
+            session = cls(lab, make_hosts(lab), folder)
+        else:
+            from pytest_fabricqa.vlab_lab import controller_pid, ensure_running
 
-        owner = controller_pid()
-        virtual, booted = ensure_running(lab, folder, owner, log=log)
-        hosts = make_hosts(lab, key=virtual.ssh_key, known_hosts=virtual.known_hosts)
-        return cls(lab, hosts, folder, virtual, booted and owner == os.getpid())
+            owner = controller_pid()
+            virtual, booted = ensure_running(lab, folder, owner, log=log)
+            hosts = make_hosts(lab, key=virtual.ssh_key, known_hosts=virtual.known_hosts)
+            session = cls(lab, hosts, folder, virtual, booted and owner == os.getpid())
+        session._lock(log)
+        return session
 
-    def close(self) -> None:
-        """Close every connection; stop the virtual lab if this process booted it (idempotent)."""
+    def _lock(self, log: Callable[[str], None]) -> None:
+        """Take the lab's session lock on every host; on refusal close everything and re-raise (one line)."""
+        from pytest_fabricqa.lablock import LabInUse, acquire, me
+
+        try:
+            taken_over = [n for hosts, path in self._lock_places() for n in acquire(hosts, me(self.lab.name), path)]
+        except LabInUse:
+            self.close(release=False)
+            raise
+        for name in taken_over:
+            log(f"fabricqa: {name}: took over the session lock of a session that is gone")
+
+    def _lock_places(self) -> list[tuple[dict[str, Host], str]]:
+        """Where the session lock lives: /run/fabricqa on remote hosts; the state folder for a host that is this
+        machine (so that test sessions in separate folders on one machine do not lock each other out)."""
+        return lock_places(self.lab, self.hosts, self.state_dir)
+
+    def close(self, release: bool = True) -> None:
+        """Close every connection; stop the virtual lab if this process booted it (idempotent).
+
+        The session lock is released here except in an xdist worker: the session ends with its controller, which
+        releases it (:func:`release_lock`) once every worker is done.
+        """
+        if release and not os.environ.get("PYTEST_XDIST_WORKER"):
+            from pytest_fabricqa.lablock import me
+            from pytest_fabricqa.lablock import release as release_lock
+
+            for hosts, path in self._lock_places():
+                release_lock(hosts, me(self.lab.name), path)
         for host in self.hosts.values():
             host.close()
         if self.virtual_lab is not None and self.owns_virtual_lab:
@@ -83,3 +113,32 @@ def make_hosts(lab: LabModel, *, key: Path | None = None, known_hosts: Path | No
             command_timeout=ssh.command_timeout,
         )
     return hosts
+
+
+def release_lock(lab: LabModel, state_dir: Path) -> None:
+    """At the end of an xdist run, on the controller: release the lock its workers took on a real lab's hosts.
+
+    (A virtual lab the controller booted is stopped instead; one attached to stays locked by a controller that is
+    gone, which the next session on this machine takes over.)
+    """
+    from pytest_fabricqa.lablock import me, release
+
+    hosts = make_hosts(lab)
+    try:
+        for group, path in lock_places(lab, hosts, state_dir):
+            release(group, me(lab.name), path)
+    finally:
+        for host in hosts.values():
+            host.close()
+
+
+def lock_places(lab: LabModel, hosts: dict[str, Host], state_dir: Path) -> list[tuple[dict[str, Host], str]]:
+    """The hosts holding the session lock, grouped by where its file lives."""
+    from pytest_fabricqa.lablock import lock_path
+
+    remote = {n: h for n, h in hosts.items() if not isinstance(h, LocalHost)}
+    local: dict[str, Host] = {n: h for n, h in hosts.items() if isinstance(h, LocalHost)}
+    places = [(remote, lock_path(lab.name))] if remote else []
+    if local:
+        places.append((local, str(state_dir / f"session-{lab.name}.lock")))
+    return places

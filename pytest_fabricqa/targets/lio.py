@@ -273,7 +273,7 @@ class LioTarget:
             "backstores": [f"{hbas[lun.lun]}/{lun.backstore}" for lun in plan.luns],
             "targets": [plan.iqn],
         }
-        undo.push(f"remove {self.state_file}", partial(remote.remove_state, self.host, self.state_file))
+        undo.push(f"remove {self.state_file}", self._remove_state_if_clean)
         remote.write_state(self.host, self.state_file, state)
         for lun in plan.luns:
             hbas[lun.lun] = self._make_backstore(lun, hbas[lun.lun], snap, undo, state)
@@ -295,11 +295,6 @@ class LioTarget:
                 raise self._fail(
                     f"backing device {lun.backing} ({lun.path}) does not exist",
                     f"fix {self.where}.devices.{lun.backing}.path in the lab file or attach the device",
-                )
-            if snap.backstore_named(lun.backstore):
-                raise self._fail(
-                    f"backstore {lun.backstore} is still there from an earlier run and could not be removed",
-                    "remove it by hand (rmdir under /sys/kernel/config/target/core) and check dmesg",
                 )
             users = [k for k, v in snap.backstores.items() if v["udev_path"] == lun.path and v["enable"] == "1"]
             if users:
@@ -447,10 +442,26 @@ class LioTarget:
             names = snap.lun_backstores(iqn)
             if iqn not in targets and names and all(n.startswith(self.prefix) for n in names):
                 targets.append(iqn)
-        backstores = [k for k in snap.backstores if k.split("/", 1)[1].startswith(self.prefix)]
-        backstores += [k for k in recorded.get("backstores", []) if k in snap.backstores and k not in backstores]
+        # The state file is the authority, plus the backstores behind the LUNs of a target that is ours: a backstore
+        # merely named like ours, in someone else's HBA and no target of ours, is theirs.
+        backstores = [k for k in recorded.get("backstores", []) if k in snap.backstores]
+        backstores += [
+            key
+            for iqn in targets
+            for tpg in snap.targets[iqn].values()
+            for link in tpg["luns"].values()
+            if (key := "/".join(link.rstrip("/").split("/")[-2:])) in snap.backstores and key not in backstores
+        ]
         hbas = [h for h in recorded.get("hbas", []) if h in snap.hbas]
         return targets, backstores, hbas, state is not None
+
+    def _remove_state_if_clean(self) -> None:
+        """The last undo: drop the state file, unless objects it lists survived the teardown (the leftovers gate
+        reports them, and the next run needs the file to know they are ours)."""
+        snap = self.snapshot()
+        targets, backstores, hbas, _ = self._ours(snap) if snap.loaded else ([], [], [], False)
+        if not (targets or backstores or hbas):
+            remote.remove_state(self.host, self.state_file)
 
     def cleanup_stale(self) -> list[str]:
         """Remove the targets, backstores and HBAs an earlier run left, then its state file."""

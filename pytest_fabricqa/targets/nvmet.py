@@ -530,7 +530,7 @@ class NvmetTarget:
             "hosts": new_hosts,
         }
         # Recorded before anything exists: a run killed from here on leaves a list the next run cleans up.
-        undo.push(f"remove {self.state_file}", lambda: remote.remove_state(self.host, self.state_file))
+        undo.push(f"remove {self.state_file}", self._remove_state_if_clean)
         remote.write_state(self.host, self.state_file, state)
         for nqn in new_hosts:
             path = f"{ROOT}/hosts/{nqn}"
@@ -744,6 +744,14 @@ class NvmetTarget:
         ]
         hosts = [h for h in recorded.get("hosts", []) if h in snap.hosts]
         return ports, subsystems, hosts, state is not None
+
+    def _remove_state_if_clean(self) -> None:
+        """The last undo: drop the state file, unless objects it lists survived the teardown (the leftovers gate
+        reports them, and the next run needs the file to know they are ours)."""
+        snap = self.snapshot()
+        ports, subsystems, hosts, _ = self._ours(snap) if snap.loaded else ([], [], [], False)
+        if not (ports or subsystems or hosts):
+            remote.remove_state(self.host, self.state_file)
 
     def cleanup_stale(self) -> list[str]:
         """Remove the ports, subsystems and host entries an earlier run recorded (or marked), then its state file."""

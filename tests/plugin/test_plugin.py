@@ -238,3 +238,33 @@ def test_oracle_cases_run_first_and_last_only_when_the_lab_declares_a_database(p
     result = pytester.runpytest_subprocess(f"--lab={ROOT / 'labs' / 'vlab.yaml'}", str(suite), "--co", "-q")
     assert "test_oracle.py" not in result.stdout.str()
     result.stdout.fnmatch_lines(["*Oracle checks were not exercised (lab 'vlab' declares no database)*"])
+
+
+def test_a_second_session_on_a_lab_in_use_stops_at_once_with_one_line(pytester: pytest.Pytester) -> None:
+    """A lab held by a live session (its lock names a running pytest) refuses a second session: exit 4, one line
+    naming the holder; a lock left by a session that is gone is taken over."""
+    import socket
+    import subprocess
+    import sys
+
+    from pytest_fabricqa.lablock import Holder
+
+    pytester.makepyfile("def test_uses_the_lab(lab_hosts):\n    assert lab_hosts\n")
+    lock = pytester.path / ".fabricqa" / "session-local.lock"
+    lock.parent.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "pytest"])
+    try:
+        lock.write_text(Holder("local", socket.gethostname(), holder.pid, "2026-12-01T00:00:00+0000").line())
+        result = pytester.runpytest_subprocess(f"--lab={LOCAL_LAB}")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stdout.fnmatch_lines(
+            [f"*fabricqa: *lab 'local' is in use by the pytest session of pid {holder.pid} on *"]
+        )
+        assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    finally:
+        holder.kill()
+        holder.wait()
+    result = pytester.runpytest_subprocess(f"--lab={LOCAL_LAB}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*took over the session lock of a session that is gone*"])
+    assert not lock.exists(), "the session did not release its lock"

@@ -225,6 +225,60 @@ def test_objects_we_did_not_create_are_never_touched(vlab: tuple[LabModel, dict[
         _sh(vstor, FOREIGN_REMOVE, FOREIGN_NQN, FOREIGN_IQN)
 
 
+# Empty objects made by hand under the names and numbers the plugin itself would pick (issue 16): an HBA at the
+# index derived for a LUN, a backstore named like ours in someone else's HBA, an nvmet port at the derived ID; then
+# a subsystem and an iSCSI target under the lab's own NQN and IQN.
+SAME_NAMES_SETUP = r"""
+set -e
+mkdir "/sys/kernel/config/target/core/iblock_$1"
+mkdir -p /sys/kernel/config/target/core/iblock_43/fabricqa_nvme0
+mkdir "/sys/kernel/config/nvmet/ports/$2"
+"""
+SAME_NAMES_REMOVE = r"""
+t=/sys/kernel/config/target
+rmdir "$t/core/iblock_$1" "$t/core/iblock_43/fabricqa_nvme0" "$t/core/iblock_43" "$t/iscsi/$3" 2>/dev/null
+rmdir "/sys/kernel/config/nvmet/ports/$2" "/sys/kernel/config/nvmet/subsystems/$4" 2>/dev/null
+true
+"""
+
+
+def test_empty_objects_under_the_names_the_plugin_would_pick_are_never_removed(
+    vlab: tuple[LabModel, dict[str, Host], dict[str, str]],
+) -> None:
+    from pytest_fabricqa.targets.base import mark_number
+    from pytest_fabricqa.targets.lio import HBA_INDEXES
+    from pytest_fabricqa.targets.lio import SNAPSHOT_SCRIPT as LIO_SNAPSHOT
+    from pytest_fabricqa.targets.nvmet import PORT_IDS
+    from pytest_fabricqa.targets.nvmet import SNAPSHOT_SCRIPT as NVMET_SNAPSHOT
+
+    lab, hosts, _ = vlab
+    vstor = hosts["vstor"]
+    prefix = lab.target_for("iscsi").name_prefix
+    hba = str(mark_number(prefix, f"{prefix}_ram0", *HBA_INDEXES))
+    port = str(mark_number(prefix, "tcp:10.10.10.19:4420", *PORT_IDS))
+    vstor.run(["modprobe", "-a", "nvmet", "nvmet_tcp", "target_core_iblock", "iscsi_target_mod"])
+    vstor.run(["mkdir", "-p", "/sys/kernel/config/target/iscsi"])
+    names = (hba, port, IQN, RAM_NQN)
+    try:
+        _sh(vstor, SAME_NAMES_SETUP, *names)
+        before = _sh(vstor, NVMET_SNAPSHOT), _sh(vstor, LIO_SNAPSHOT)
+        for protocol in ("nvme-tcp", "iscsi"):
+            fabric = connect_fabric(lab, protocol, hosts)
+            fabric.teardown()
+        assert cleanup_stale(lab, hosts) == []
+        assert leftovers(lab, hosts) == []
+        assert (_sh(vstor, NVMET_SNAPSHOT), _sh(vstor, LIO_SNAPSHOT)) == before
+
+        # The lab's own subsystem and target names, taken by someone else: one line, and they stay.
+        vstor.run(["mkdir", f"/sys/kernel/config/nvmet/subsystems/{RAM_NQN}", f"/sys/kernel/config/target/iscsi/{IQN}"])
+        before = _sh(vstor, NVMET_SNAPSHOT), _sh(vstor, LIO_SNAPSHOT)
+        assert "already exists and was not created by fabricqa" in _one_line_error(lab, "nvme-tcp", hosts)
+        assert "already exists and was not created by fabricqa" in _one_line_error(lab, "iscsi", hosts)
+        assert (_sh(vstor, NVMET_SNAPSHOT), _sh(vstor, LIO_SNAPSHOT)) == before
+    finally:
+        _sh(vstor, SAME_NAMES_REMOVE, *names)
+
+
 def _one_line_error(lab: LabModel, protocol: str, hosts: dict[str, Host]) -> str:
     with pytest.raises(ProvisionError) as info:
         connect_fabric(lab, protocol, hosts)

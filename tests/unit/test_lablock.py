@@ -1,0 +1,60 @@
+"""One session per lab (issue 16): the lock taken on every host, shared by one session's xdist workers, refused
+to a second live session with one line, taken over from a killed one. Real shell, local transport, a lock file in
+a temporary folder."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_fabricqa.lablock import Holder, LabInUse, acquire, release
+from pytest_fabricqa.transport.local import LocalHost
+
+
+def _holder(pid: int, machine: str | None = None) -> Holder:
+    return Holder("vlab", machine or socket.gethostname(), pid, "2026-12-01T00:00:00+0000")
+
+
+def test_second_live_session_is_refused_with_one_line_and_the_first_keeps_the_lock(tmp_path: Path) -> None:
+    lock = str(tmp_path / "run" / "session.lock")
+    hosts = {"vstor": LocalHost("vstor")}
+    # A live pytest-like process stands for the first session's controller.
+    first = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "pytest"])
+    try:
+        assert acquire(hosts, _holder(first.pid), lock) == []
+        with pytest.raises(LabInUse) as info:
+            acquire(hosts, _holder(first.pid + 100000), lock)
+        message = str(info.value)
+        assert "\n" not in message
+        assert message.startswith(f"vstor: lab 'vlab' is in use by the pytest session of pid {first.pid} on ")
+        assert f"remove {lock} on vstor" in message
+        # The same controller (another xdist worker of the session) shares it.
+        assert acquire(hosts, Holder("vlab", socket.gethostname(), first.pid, "later"), lock) == []
+        release(hosts, _holder(first.pid + 100000), lock)  # not the holder: nothing happens
+        assert Path(lock).exists()
+        release(hosts, Holder("vlab", socket.gethostname(), first.pid, "other since"), lock)
+        assert not Path(lock).exists()
+    finally:
+        first.kill()
+        first.wait()
+
+
+def test_a_killed_sessions_lock_is_taken_over(tmp_path: Path) -> None:
+    lock = str(tmp_path / "session.lock")
+    hosts = {"vnode1": LocalHost("vnode1"), "vnode2": LocalHost("vnode2")}
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    Path(lock).write_text(_holder(dead.pid).line())
+    assert acquire(hosts, _holder(12345678), lock) in (["vnode1"], ["vnode2"], ["vnode1", "vnode2"])
+    assert Holder.parse(Path(lock).read_text()) == _holder(12345678)
+
+
+def test_a_lock_from_another_machine_is_never_taken_over(tmp_path: Path) -> None:
+    lock = str(tmp_path / "session.lock")
+    Path(lock).write_text(_holder(1, machine="ci-runner-7").line())
+    with pytest.raises(LabInUse, match=r"in use by the pytest session of pid 1 on ci-runner-7"):
+        acquire({"vstor": LocalHost("vstor")}, _holder(2), lock)
