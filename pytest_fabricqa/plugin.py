@@ -139,25 +139,6 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_fabricqa.reporting import ReportPlugin
 
     config.pluginmanager.register(ReportPlugin(config, lab, protocols), "fabricqa-report")
-    if hasattr(config, "workerinput") and config.getoption("loadgroup", False):
-        config.pluginmanager.register(_LoadgroupIds(), "fabricqa-loadgroup-ids")
-
-
-class _LoadgroupIds:
-    """pytest-xdist <= 3.8 puts an item in its ``--dist loadgroup`` group by rewriting ``item._nodeid``; from
-    pytest 9.2 on the id lives in ``item._id`` and that rewrite is lost, so groups silently stop grouping and
-    two loads could hit one target at once (pytest-xdist issue 1386). Carry the rewrite over, on workers only.
-    """
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """After xdist's worker hook: make the group suffix it wrote part of the id pytest reports."""
-        for item in items:
-            legacy = item.__dict__.get("_nodeid")
-            if isinstance(legacy, str) and legacy != item.nodeid and hasattr(item, "_id"):
-                from _pytest.nodeid import coerce_node_id  # type: ignore[import-not-found,unused-ignore]
-
-                item._id = coerce_node_id(legacy)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
