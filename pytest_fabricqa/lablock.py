@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_fabricqa.errors import FabricQAError
 from pytest_fabricqa.fanout import each
 from pytest_fabricqa.transport.base import Host
 
@@ -39,7 +40,7 @@ _TAKE_OVER = 'printf %s "$1" > "$2.$$" && mv -f "$2.$$" "$2"'
 _READ_IF = '[ ! -e "$1" ] || cat "$1"'
 
 
-class LabInUse(Exception):
+class LabInUse(FabricQAError):
     """Another session holds the lab. The message is one line: which host, who holds it, what to do."""
 
 
