@@ -18,6 +18,7 @@ from pytest_fabricqa.lab import PROTOCOLS, LabError, LabModel, iter_protocol_nam
 if TYPE_CHECKING:
     from pytest_fabricqa.measure import MeasurePlan
     from pytest_fabricqa.provision import Fabric
+    from pytest_fabricqa.reporting import FabricqaReport, ReportPlugin
     from pytest_fabricqa.session import LabSession
     from pytest_fabricqa.transport.base import Host
     from pytest_fabricqa.workloads import Workload
@@ -30,6 +31,7 @@ LEFTOVERS_KEY = pytest.StashKey["list[str]"]()
 FABRIC_USED_KEY = pytest.StashKey[bool]()
 WORKLOADS_KEY = pytest.StashKey["list[Workload]"]()
 MEASURE_KEY = pytest.StashKey["MeasurePlan"]()
+REPORT_PLUGIN = "fabricqa-report"  # the name the session's ReportPlugin is registered under
 
 
 def _protocol_option(value: str) -> str:
@@ -138,7 +140,7 @@ def pytest_configure(config: pytest.Config) -> None:
         register_xdist_groups(config)
     from pytest_fabricqa.reporting import ReportPlugin
 
-    config.pluginmanager.register(ReportPlugin(config, lab, protocols), "fabricqa-report")
+    config.pluginmanager.register(ReportPlugin(config, lab, protocols), REPORT_PLUGIN)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -341,6 +343,27 @@ def lab(pytestconfig: pytest.Config) -> LabModel:
     if model is None:
         raise pytest.UsageError("this test needs a lab: run pytest with --lab=NAME (e.g. --lab=vlab)")
     return model
+
+
+@pytest.fixture(scope="session")
+def fabricqa_report(lab: LabModel, pytestconfig: pytest.Config) -> FabricqaReport:
+    """The qualification report: record each case's figures, gate them against the baseline.
+
+    - ``record(case, request) -> Case``: attach a ``pytest_fabricqa.report.model.Case`` to this test
+      (pass the test's ``request``); fills ``case.regression`` when left None; the test's outcome
+      decides the verdict in the report; figures become JUnit properties.
+    - ``regressions(case) -> RegressionInfo | None``: compare with the baseline for the case's
+      protocol (tolerances: defaults < lab file ``tolerances`` < --tolerance); fail the test with
+      ``info.messages`` when there are any.
+    - ``raw_dir`` / ``raw_path(case_id)``: ``<report-dir>/raw/<case id>.json`` for fio's JSON output.
+    - ``tolerances``, ``baseline_path(protocol)``: what is applied, for messages.
+
+    Suites put ``extras["environment"] = {"fio_version", "kernels": {host: release}, "device_model",
+    "device_firmware"}`` in a case; the run's environment merges them.
+    """
+    plugin: ReportPlugin | None = pytestconfig.pluginmanager.get_plugin(REPORT_PLUGIN)
+    assert plugin is not None, "pytest_configure registers the report plugin whenever there is a lab"
+    return plugin.api
 
 
 @pytest.fixture(scope="session")

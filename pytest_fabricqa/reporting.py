@@ -1,7 +1,7 @@
-"""The qualification report's pytest wiring: options, the ``fabricqa_report`` fixture, gathering and writing.
+"""The qualification report's pytest wiring: options, the object behind ``fabricqa_report``, gathering, writing.
 
 plugin.py calls :func:`addoption` and, once a lab is loaded, registers a :class:`ReportPlugin`. The plugin
-object's methods are hooks and its fixture; the work (verdicts, environment, baselines, rendering) is done
+object's methods are hooks (the ``fabricqa_report`` fixture, in plugin.py, returns its ``api``); the work (verdicts, environment, baselines, rendering) is done
 by :mod:`pytest_fabricqa.report`, which never imports pytest.
 
 Under pytest-xdist every process gets a ReportPlugin: workers attach each recorded case to its
@@ -220,7 +220,7 @@ def _git_commit(folder: Path) -> str | None:
 
 
 class ReportPlugin:
-    """The report's hooks and fixture for one session with a lab (registered by plugin.py)."""
+    """The report's hooks for one session with a lab (registered by plugin.py as ``fabricqa-report``)."""
 
     def __init__(self, config: pytest.Config, lab: LabModel, protocols: list[str]) -> None:
         self.config = config
@@ -285,26 +285,6 @@ class ReportPlugin:
         if not self.is_worker:
             for message in problems:
                 self.config.issue_config_time_warning(BaselineWarning(message), stacklevel=2)
-
-    # -- fixture -------------------------------------------------------------------------------------
-
-    @pytest.fixture(scope="session")
-    def fabricqa_report(self) -> FabricqaReport:
-        """The qualification report: record each case's figures, gate them against the baseline.
-
-        - ``record(case, request) -> Case``: attach a ``pytest_fabricqa.report.model.Case`` to this test
-          (pass the test's ``request``); fills ``case.regression`` when left None; the test's outcome
-          decides the verdict in the report; figures become JUnit properties.
-        - ``regressions(case) -> RegressionInfo | None``: compare with the baseline for the case's
-          protocol (tolerances: defaults < lab file ``tolerances`` < --tolerance); fail the test with
-          ``info.messages`` when there are any.
-        - ``raw_dir`` / ``raw_path(case_id)``: ``<report-dir>/raw/<case id>.json`` for fio's JSON output.
-        - ``tolerances``, ``baseline_path(protocol)``: what is applied, for messages.
-
-        Suites put ``extras["environment"] = {"fio_version", "kernels": {host: release}, "device_model",
-        "device_firmware"}`` in a case; the run's environment merges them.
-        """
-        return self.api
 
     # -- hooks ---------------------------------------------------------------------------------------
 

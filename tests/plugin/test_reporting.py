@@ -251,6 +251,25 @@ def test_xdist_gathers_cases_from_workers(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["fabricqa: PASS: 4 passed of 4 cases"])
 
 
+@pytest.mark.parametrize("xdist", [[], ["-n", "2", "--dist", "loadgroup"]], ids=["alone", "xdist"])
+def test_the_plugin_runs_warning_free(pytester: pytest.Pytester, xdist: list[str]) -> None:
+    """On the installed pytest and pytest-xdist, a run that uses the report fixture raises no warning from the
+    plugin and none of pytest's removal warnings (pytest 9.2 warned about the fixture as a plugin method)."""
+    _setup(pytester)
+    pytester.makeini(
+        """
+        [pytest]
+        filterwarnings =
+            error::Warning:pytest_fabricqa.*
+            error::pytest.PytestRemovedIn10Warning
+        """
+    )
+    result = _run(pytester, *xdist, subprocess=True)
+    result.assert_outcomes(passed=4)
+    output = result.stdout.str() + result.stderr.str()
+    assert "warnings summary" not in output and "PytestRemovedIn" not in output
+
+
 def test_second_run_against_the_first_passes_and_saves_only_passing_runs(pytester: pytest.Pytester) -> None:
     _setup(pytester)
     _run(pytester, "--save-baseline=baselines").assert_outcomes(passed=4)
