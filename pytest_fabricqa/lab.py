@@ -362,6 +362,9 @@ def load_lab(path: Path) -> LabModel:
         more = len(unmatched_entries) - 1
         also = f" (and {more} more such pattern{'s' if more > 1 else ''})" if more else ""
         raise LabError(f"{path}{f':{line}' if line else ''}: {'.'.join(loc)}: {problem}{also}")
+    from pytest_fabricqa.lab_rules import check_lab  # imports this module: loaded here, not at the top
+
+    check_lab(lab, path, _key_lines(node))
     return lab
 
 

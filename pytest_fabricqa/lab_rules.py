@@ -1,0 +1,231 @@
+"""Lab-file rules across sections: mistakes each key's own validation cannot see, caught at load time.
+
+Every rule here guards something that would otherwise fail late -- at provisioning, at connect, or in the middle
+of a run: the same NQN or IQN twice, a protocol no initiator or no target of the right kind can run, a target on
+a host without the target role, an ACL that shuts out the lab's own initiators, a device exported twice, Oracle
+settings that name nothing. :func:`check_lab` raises :class:`~pytest_fabricqa.lab.LabError` with one line: the
+file, the line, the key, what is wrong and how to fix it (plugin.py turns it into a usage error, exit 4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+from pytest_fabricqa.lab import LabError, LabModel
+from pytest_fabricqa.protocols import protocol as protocol_spec
+
+Key = tuple[str, ...]
+
+# Which protocol family each target kind speaks ("nvme" or "scsi"; an external array may speak any).
+TARGET_FAMILIES: dict[str, str | None] = {
+    "nvmet": "nvme",
+    "spdk": "nvme",
+    "lio": "scsi",
+    "scst": "scsi",
+    "tgt": "scsi",
+    "external": None,
+}
+
+
+def check_lab(lab: LabModel, path: Path, lines: Mapping[Key, int] | None = None) -> None:
+    """Raise :class:`LabError` for the first rule ``lab`` breaks (and say how many more there are)."""
+    problems = list(lab_problems(lab))
+    if not problems:
+        return
+    key, text = problems[0]
+    line = _line(lines or {}, key)
+    more = len(problems) - 1
+    also = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+    raise LabError(f"{path}{f':{line}' if line else ''}: {_dotted(key)}: {text}{also}")
+
+
+def lab_problems(lab: LabModel) -> Iterator[tuple[Key, str]]:
+    """Every broken rule as (key path, "what is wrong; how to fix it"), in file order."""
+    yield from _target_rules(lab)
+    yield from _name_rules(lab)
+    yield from _protocol_rules(lab)
+    yield from _access_rules(lab)
+    yield from _database_rules(lab)
+
+
+def _target_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
+    for i, target in enumerate(lab.targets):
+        at: Key = ("targets", str(i))
+        if target.host is not None and target.host in lab.hosts and "target" not in lab.hosts[target.host].roles:
+            yield (
+                (*at, "host"),
+                f"host {target.host!r} runs a {target.kind} target but does not have the target role; "
+                f"add 'target' to hosts.{target.host}.roles",
+            )
+        family = TARGET_FAMILIES.get(target.kind)
+        for j, name in enumerate(target.protocols):
+            if family is not None and protocol_spec(name).family != family:
+                yield (
+                    (*at, "protocols", str(j)),
+                    f"a {target.kind} target cannot serve {name} (it speaks {family.upper()}); move {name} to a "
+                    f"target of kind {_kinds_for(protocol_spec(name).family)} or remove it",
+                )
+        by_path: dict[str, str] = {}
+        for name, device in target.devices.items():
+            if device.path in by_path:
+                yield (
+                    (*at, "devices", name, "path"),
+                    f"{device.path} is already device {by_path[device.path]!r} of this target; one device, one "
+                    "entry (export it twice through the namespace or LUN lists if that is meant)",
+                )
+            by_path.setdefault(device.path, name)
+        exported: list[tuple[Key, str]] = []
+        if target.nvme is not None:
+            for s, subsystem in enumerate(target.nvme.subsystems):
+                exported += [
+                    ((*at, "nvme", "subsystems", str(s), "namespaces", str(n)), dev)
+                    for n, dev in enumerate(subsystem.namespaces)
+                ]
+        for key, dev in _repeats(exported):
+            yield key, f"device {dev!r} is exported twice as an NVMe namespace; list it once"
+        if target.iscsi is not None:
+            luns = [((*at, "iscsi", "luns", str(n)), dev) for n, dev in enumerate(target.iscsi.luns)]
+            for key, dev in _repeats(luns):
+                yield key, f"device {dev!r} is exported twice as a LUN; list it once"
+
+
+def _name_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
+    nqns: list[tuple[Key, str]] = []
+    iqns: list[tuple[Key, str]] = []
+    for i, target in enumerate(lab.targets):
+        if target.nvme is not None:
+            nqns += [
+                (("targets", str(i), "nvme", "subsystems", str(s), "nqn"), sub.nqn)
+                for s, sub in enumerate(target.nvme.subsystems)
+            ]
+        if target.iscsi is not None:
+            iqns.append((("targets", str(i), "iscsi", "iqn"), target.iscsi.iqn))
+    for key, nqn in _repeats(nqns):
+        yield key, f"subsystem NQN {nqn!r} is used twice; every subsystem needs its own NQN"
+    for key, iqn in _repeats(iqns):
+        yield key, f"target IQN {iqn!r} is used by two targets; give each target its own IQN"
+    host_nqns = [(("hosts", name, "host_nqn"), h.host_nqn) for name, h in lab.hosts.items() if h.host_nqn]
+    host_iqns = [
+        (("hosts", name, "initiator_iqn"), h.initiator_iqn) for name, h in lab.hosts.items() if h.initiator_iqn
+    ]
+    for key, nqn in _repeats(host_nqns):
+        yield key, f"host_nqn {nqn!r} is used by two hosts; the target cannot tell them apart, give each its own"
+    for key, iqn in _repeats(host_iqns):
+        yield key, f"initiator_iqn {iqn!r} is used by two hosts; the target cannot tell them apart, give each its own"
+    subsystem_nqns = {nqn for _, nqn in nqns}
+    for key, nqn in host_nqns:
+        if nqn in subsystem_nqns:
+            yield key, f"host_nqn {nqn!r} is also a subsystem NQN; a host NQN names the initiator, pick another"
+    target_iqns = {iqn for _, iqn in iqns}
+    for key, iqn in host_iqns:
+        if iqn in target_iqns:
+            yield key, f"initiator_iqn {iqn!r} is also a target IQN; an initiator IQN names the initiator, pick another"
+
+
+def _protocol_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
+    initiators = lab.hosts_with("initiator")
+    for j, name in enumerate(lab.protocols):
+        key: Key = ("protocols", str(j))
+        if not initiators:
+            yield (
+                key,
+                f"protocol {name} is declared but no host has the initiator role; add 'initiator' to a host's roles",
+            )
+        servers = [i for i, t in enumerate(lab.targets) if name in t.protocols]
+        if len(servers) > 1:
+            first, second = servers[:2]
+            yield (
+                ("targets", str(second), "protocols"),
+                f"{name} is served by targets[{first}] and targets[{second}]; only the first would ever be used, "
+                f"remove {name} from one of them",
+            )
+
+
+def _access_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
+    initiators = lab.hosts_with("initiator")
+    for i, target in enumerate(lab.targets):
+        if target.nvme is not None and any(p.startswith("nvme") for p in target.protocols):
+            for s, sub in enumerate(target.nvme.subsystems):
+                if sub.allow_any_host:
+                    continue
+                for host in initiators:
+                    nqn = lab.hosts[host].host_nqn
+                    if nqn is None:
+                        # An empty allowed_hosts admits every initiator by its host_nqn, which must then exist.
+                        yield (
+                            ("hosts", host),
+                            f"initiator {host} declares no host_nqn, and subsystem {sub.nqn} (targets[{i}]) admits "
+                            f"only listed hosts; set hosts.{host}.host_nqn or allow_any_host: true",
+                        )
+                    elif sub.allowed_hosts and nqn not in sub.allowed_hosts:
+                        yield (
+                            ("targets", str(i), "nvme", "subsystems", str(s), "allowed_hosts"),
+                            f"initiator {host} ({nqn}) is not allowed on {sub.nqn} and could never connect; "
+                            "add its host_nqn here or set allow_any_host: true",
+                        )
+        if target.iscsi is not None and target.iscsi.acls and any(p in ("iscsi", "iser") for p in target.protocols):
+            for host in initiators:
+                iqn = lab.hosts[host].initiator_iqn
+                if iqn is None or iqn not in target.iscsi.acls:
+                    shown = iqn or "(no initiator_iqn)"
+                    yield (
+                        ("targets", str(i), "iscsi", "acls"),
+                        f"initiator {host} ({shown}) is not in the ACLs of {target.iscsi.iqn} and could never log "
+                        "in; add its initiator_iqn here or drop the acls list",
+                    )
+
+
+def _database_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
+    database = lab.database
+    if database is None:
+        return
+    if not database.diskgroups:
+        yield ("database", "diskgroups"), "no disk group is named; list the ASM disk groups to check, e.g. [DATA]"
+    if database.asm is None and database.asmcmd is None:
+        yield ("database",), "neither 'asm' (SQL as SYSASM) nor 'asmcmd' is set; the ASM health cannot be read"
+    if database.asmcmd is not None and database.asmcmd.host not in lab.hosts:
+        yield (
+            ("database", "asmcmd", "host"),
+            f"{database.asmcmd.host!r} is not under 'hosts' ({', '.join(lab.hosts)}); name the lab host that runs asmcmd",
+        )
+    if database.calibrate is not None and database.db is None:
+        yield ("database", "calibrate"), "CALIBRATE_IO needs 'db' (the database to run it as SYSDBA); add database.db"
+    if database.lib_dir and database.driver_mode != "thick":
+        yield (
+            ("database", "lib_dir"),
+            "lib_dir only applies to python-oracledb thick mode; set driver_mode: thick or remove lib_dir",
+        )
+    for key, value in _repeats([(("database", "disk_paths", str(n)), p) for n, p in enumerate(database.disk_paths)]):
+        yield key, f"{value!r} is listed twice; list each disk path once"
+    for key, value in _repeats(
+        [(("database", "diskgroups", str(n)), g.upper()) for n, g in enumerate(database.diskgroups)]
+    ):
+        yield key, f"disk group {value} is listed twice; list it once"
+
+
+def _repeats(items: Sequence[tuple[Key, str]]) -> Iterator[tuple[Key, str]]:
+    """The second and later occurrences of each value (the first one is where it belongs)."""
+    seen: set[str] = set()
+    for key, value in items:
+        if value in seen:
+            yield key, value
+        seen.add(value)
+
+
+def _kinds_for(family: str) -> str:
+    return " or ".join(kind for kind, fam in TARGET_FAMILIES.items() if fam in (family, None))
+
+
+def _line(lines: Mapping[Key, int], key: Key) -> int | None:
+    for i in range(len(key), -1, -1):
+        if key[:i] in lines:
+            return lines[key[:i]]
+    return None
+
+
+def _dotted(key: Key) -> str:
+    out = ""
+    for part in key:
+        out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
+    return out

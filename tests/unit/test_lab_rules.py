@@ -1,0 +1,163 @@
+"""Lab-file rules across sections (pytest_fabricqa.lab_rules): each fires at load time with file, line, key, fix.
+
+Every case starts from labs/vlab.yaml (which passes) and makes one mistake that passed validation before and
+failed late -- at provisioning, at connect or mid-run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pytest_fabricqa.lab import LabError, LabModel, load_lab
+from pytest_fabricqa.lab_rules import lab_problems
+
+ROOT = Path(__file__).parents[2]
+VLAB = (ROOT / "labs" / "vlab.yaml").read_text()
+RAC3 = (ROOT / "labs" / "rac3.yaml").read_text()
+
+
+def test_the_bundled_labs_break_no_rule() -> None:
+    for name in ("vlab", "rac3"):
+        assert list(lab_problems(load_lab(ROOT / "labs" / f"{name}.yaml"))) == []
+
+
+def _swap(text: str, old: str, new: str) -> str:
+    assert old in text, old
+    return text.replace(old, new, 1)
+
+
+# id -> (lab text, regex the one-line error must match after "<file>:")
+CASES = {
+    "same-nqn-twice": (
+        _swap(VLAB, '"nqn.2026-11.io.fabricqa:vlab-nvme0"', '"nqn.2026-11.io.fabricqa:vlab-ram0"'),
+        r"\d+: targets\[0\]\.nvme\.subsystems\[1\]\.nqn: subsystem NQN 'nqn.2026-11.io.fabricqa:vlab-ram0' is used "
+        r"twice; every subsystem needs its own NQN$",
+    ),
+    "same-iqn-twice": (
+        _swap(
+            VLAB,
+            "\nvlab:\n",
+            "  - kind: external\n    address: 10.10.10.50\n    protocols: [iscsi]\n"
+            "    iscsi: {iqn: 'iqn.2026-11.io.fabricqa:vstor', luns: [a]}\n\nvlab:\n",
+        ),
+        r"targets\[2\]\.iscsi\.iqn: target IQN 'iqn.2026-11.io.fabricqa:vstor' is used by two targets",
+    ),
+    "same-host-nqn": (
+        _swap(VLAB, "host_nqn: nqn.2026-11.io.fabricqa:vnode2", "host_nqn: nqn.2026-11.io.fabricqa:vnode1"),
+        r"hosts\.vnode2\.host_nqn: host_nqn 'nqn.2026-11.io.fabricqa:vnode1' is used by two hosts",
+    ),
+    "same-initiator-iqn": (
+        _swap(VLAB, "initiator_iqn: iqn.2026-11.io.fabricqa:vnode2", "initiator_iqn: iqn.2026-11.io.fabricqa:vnode1"),
+        r"hosts\.vnode2\.initiator_iqn: initiator_iqn 'iqn.2026-11.io.fabricqa:vnode1' is used by two hosts",
+    ),
+    "lio-serving-nvme": (
+        _swap(VLAB, "  - kind: nvmet\n", "  - kind: lio\n"),
+        r"targets\[0\]\.protocols\[0\]: a lio target cannot serve nvme-tcp \(it speaks SCSI\); move nvme-tcp to a "
+        r"target of kind nvmet or spdk or external or remove it",
+    ),
+    "no-initiator": (
+        VLAB.replace("roles: [initiator]", "roles: [db]"),
+        r"protocols\[0\]: protocol nvme-tcp is declared but no host has the initiator role",
+    ),
+    "two-targets-one-protocol": (
+        _swap(
+            VLAB,
+            "\nvlab:\n",
+            "  - kind: external\n    address: 10.10.10.50\n    protocols: [nvme-tcp]\n"
+            "    nvme: {subsystems: [{nqn: 'nqn.2026-11.io.fabricqa:array', namespaces: [a]}]}\n\nvlab:\n",
+        ),
+        r"targets\[2\]\.protocols: nvme-tcp is served by targets\[0\] and targets\[2\]; only the first",
+    ),
+    "target-host-without-role": (
+        _swap(VLAB, "roles: [target]", "roles: [db]"),
+        r"targets\[0\]\.host: host 'vstor' runs a nvmet target but does not have the target role; add 'target'",
+    ),
+    "device-twice": (
+        _swap(VLAB, "nvme0: {path: /dev/nvme0n1, load: false}", "nvme0: {path: /dev/ram0, load: false}"),
+        r"targets\[0\]\.devices\.nvme0\.path: /dev/ram0 is already device 'ram0' of this target",
+    ),
+    "namespace-twice": (
+        _swap(VLAB, "namespaces: [ram0]}", "namespaces: [ram0, ram0]}"),
+        r"targets\[0\]\.nvme\.subsystems\[0\]\.namespaces\[1\]: device 'ram0' is exported twice",
+    ),
+    "closed-subsystem-shuts-out-an-initiator": (
+        _swap(
+            VLAB,
+            '{nqn: "nqn.2026-11.io.fabricqa:vlab-ram0", namespaces: [ram0]}',
+            '{nqn: "nqn.2026-11.io.fabricqa:vlab-ram0", namespaces: [ram0], allow_any_host: false, '
+            "allowed_hosts: [nqn.2026-11.io.fabricqa:vnode1]}",
+        ),
+        r"targets\[0\]\.nvme\.subsystems\[0\]\.allowed_hosts: initiator vnode2 \(nqn.2026-11.io.fabricqa:vnode2\) "
+        r"is not allowed on nqn.2026-11.io.fabricqa:vlab-ram0 and could never connect",
+    ),
+    "acl-shuts-out-an-initiator": (
+        _swap(
+            VLAB, "      luns: [ram0, nvme0]", "      luns: [ram0, nvme0]\n      acls: [iqn.2026-11.io.fabricqa:vnode1]"
+        ),
+        r"targets\[1\]\.iscsi\.acls: initiator vnode2 \(iqn.2026-11.io.fabricqa:vnode2\) is not in the ACLs",
+    ),
+    "lib-dir-without-thick": (
+        _swap(RAC3, "  diskgroups: [NVME]", "  diskgroups: [NVME]\n  lib_dir: /opt/oracle/instantclient_19_25"),
+        r"database\.lib_dir: lib_dir only applies to python-oracledb thick mode; set driver_mode: thick",
+    ),
+    "asmcmd-host-unknown": (
+        _swap(RAC3, "    host: el72h1\n    user: grid", "    host: el72h9\n    user: grid"),
+        r"database\.asmcmd\.host: 'el72h9' is not under 'hosts'",
+    ),
+    "disk-path-twice": (
+        _swap(RAC3, "  diskgroups: [NVME]", "  diskgroups: [NVME]\n  disk_paths: [/dev/nvme1n1, /dev/nvme1n1]"),
+        r"database\.disk_paths\[1\]: '/dev/nvme1n1' is listed twice",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_rule_is_a_one_line_load_time_error(tmp_path: Path, case: str) -> None:
+    text, expected = CASES[case]
+    path = tmp_path / "lab.yaml"
+    path.write_text(text)
+    with pytest.raises(LabError) as caught:
+        load_lab(path)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}:"), message
+    assert re.search(expected, message), message
+
+
+def test_the_line_is_the_offending_key(tmp_path: Path) -> None:
+    text, _ = CASES["same-nqn-twice"]
+    path = tmp_path / "lab.yaml"
+    path.write_text(text)
+    with pytest.raises(LabError) as caught:
+        load_lab(path)
+    line = int(str(caught.value).split(":")[1])
+    assert "vlab-ram0" in text.splitlines()[line - 1] and "nvme0]" in text.splitlines()[line - 1]
+
+
+def test_thick_mode_settings_load() -> None:
+    text = _swap(RAC3, "  diskgroups: [NVME]", "  diskgroups: [NVME]\n  driver_mode: thick\n  lib_dir: /opt/ic")
+    lab = LabModel.model_validate(yaml.safe_load(text))
+    assert lab.database is not None and (lab.database.driver_mode, lab.database.lib_dir) == ("thick", "/opt/ic")
+    assert list(lab_problems(lab)) == []
+
+
+def test_a_broken_rule_stops_pytest_with_exit_4_and_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "lab.yaml"
+    path.write_text(CASES["same-nqn-twice"][0])
+    (tmp_path / "test_x.py").write_text("def test_x():\n    pass\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", f"--lab={path}", "-p", "no:cacheprovider", str(tmp_path / "test_x.py")],
+        capture_output=True, text=True, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert result.returncode == 4, result.stdout + result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 1 and "subsystem NQN 'nqn.2026-11.io.fabricqa:vlab-ram0' is used twice" in errors[0]
+    assert "Traceback" not in result.stderr
