@@ -59,12 +59,12 @@ def _target_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
                 f"add 'target' to hosts.{target.host}.roles",
             )
         family = TARGET_FAMILIES.get(target.kind)
-        for j, name in enumerate(target.protocols):
-            if family is not None and protocol_spec(name).family != family:
+        for j, served in enumerate(target.protocols):
+            if family is not None and protocol_spec(served).family != family:
                 yield (
                     (*at, "protocols", str(j)),
-                    f"a {target.kind} target cannot serve {name} (it speaks {family.upper()}); move {name} to a "
-                    f"target of kind {_kinds_for(protocol_spec(name).family)} or remove it",
+                    f"a {target.kind} target cannot serve {served} (it speaks {family.upper()}); move {served} to a "
+                    f"target of kind {_kinds_for(protocol_spec(served).family)} or remove it",
                 )
         by_path: dict[str, str] = {}
         for name, device in target.devices.items():
