@@ -153,12 +153,25 @@ class NvmeExport(_Model):
 
 
 class IscsiExport(_Model):
-    """How a target exports iSCSI/iSER: the target IQN, its portal port and LUNs (device names, LUN 0, 1...)."""
+    """How a target exports iSCSI/iSER: the target IQN, its portal port and LUNs (device names, LUN 0, 1...),
+    and the queue limits (open-iscsi's defaults, 32 per LUN and 128 per session, and LIO's command window of 64
+    when unset): ``queue_depth`` and ``cmds_max`` go into every initiator's node record before login,
+    ``cmdsn_depth`` is LIO's ``default_cmdsn_depth``."""
 
     iqn: str
     port: int = Field(3260, ge=1, le=65535)
     luns: tuple[str, ...]
     acls: tuple[str, ...] = ()
+    queue_depth: int | None = Field(None, ge=1, le=1024)
+    cmds_max: int | None = Field(None, ge=2, le=2048)
+    cmdsn_depth: int | None = Field(None, ge=1, le=512)
+
+    @field_validator("cmds_max")
+    @classmethod
+    def _power_of_two(cls, value: int | None) -> int | None:
+        if value is not None and value & (value - 1):
+            raise ValueError(f"cmds_max {value} must be a power of two (open-iscsi rounds it otherwise), e.g. 256")
+        return value
 
     @field_validator("iqn")
     @classmethod
@@ -186,6 +199,8 @@ class TargetModel(_Model):
             raise ValueError("serves an NVMe protocol but has no 'nvme' section (port, subsystems)")
         if any(p in ("iscsi", "iser") for p in self.protocols) and self.iscsi is None:
             raise ValueError("serves iscsi or iser but has no 'iscsi' section (iqn, port, luns)")
+        if self.iscsi is not None and self.iscsi.cmdsn_depth is not None and self.kind != "lio":
+            raise ValueError(f"iscsi.cmdsn_depth is LIO's default_cmdsn_depth; a {self.kind} target cannot take it")
         if self.kind == "external" and not self.address:
             raise ValueError("an external target needs 'address' (its portal on the storage network)")
         if self.kind != "external" and not self.host:

@@ -21,6 +21,7 @@ from functools import partial
 from pytest_fabricqa.fanout import each
 from pytest_fabricqa.initiators import iscsi, nvme, portal_reachable
 from pytest_fabricqa.lab import LabModel, TargetModel
+from pytest_fabricqa.queues import iscsi_node_updates, read_queues
 from pytest_fabricqa.targets import load_target
 from pytest_fabricqa.targets.base import Export, ProvisionError, Target, UndoStack, command_tail
 from pytest_fabricqa.transport.base import CommandError, Host
@@ -78,6 +79,8 @@ class Fabric:
         self.export = export
         self.devices = devices
         self.discovered = discovered
+        self.queues: dict[str, dict[str, int]] = {}
+        """Queue settings per host as read back once the fabric was up (:func:`pytest_fabricqa.queues.read_queues`)."""
         self.setup_seconds = setup_seconds
         self.teardown_seconds: float | None = None
         self.stale_removed = stale_removed
@@ -190,9 +193,19 @@ def connect_fabric(lab: LabModel, protocol: str, hosts: Mapping[str, Host]) -> F
         raise
     devices = [d for name in initiators for d in connected[name].devices]
     discovered = {name: connected[name].discovered for name in initiators}
-    return Fabric(
+    fabric = Fabric(
         lab, protocol, export, undo, live_key, devices, discovered, round(time.monotonic() - t0, 2), stale, hosts
     )
+    fabric.queues = read_queues(
+        [hosts[name] for name in initiators],
+        hosts[model.host] if model.host else None,
+        protocol=protocol,
+        subsystems=export.subsystems,
+        portal=iscsi.portal_name(export.address, export.port),
+        iface=iface_name(model, export.transport),
+        target_kind=model.kind,
+    )
+    return fabric
 
 
 def _one_line(failures: list[BaseException]) -> ProvisionError:
@@ -352,6 +365,19 @@ def _connect_iscsi(lab: LabModel, model: TargetModel, export: Export, host: Host
             f"a session to {iqn} already exists on this host, and not by this run",
             f"if nothing uses it, log it out (iscsiadm -m node -T {iqn} -u); else wait for whoever uses it",
         )
+    settings = {
+        "node.session.queue_depth": model.iscsi.queue_depth if model.iscsi else None,
+        "node.session.cmds_max": model.iscsi.cmds_max if model.iscsi else None,
+    }
+    for argv in iscsi_node_updates(iqn, portal, iface, settings):
+        try:
+            host.run(argv)
+        except CommandError as exc:
+            raise ProvisionError(
+                host.name,
+                f"cannot set {argv[-3]} of the node record of {iqn} ({command_tail(exc)})",
+                "check the value against open-iscsi's limits (iscsid.conf)",
+            ) from None
     undo.push(f"log out of {iqn}", partial(iscsi.logout, host, iqn, portal))
     try:
         iscsi.login(host, iqn, portal, iface)

@@ -3,7 +3,8 @@
 Each workload runs from every initiator at once through fio's client/server mode (``fio --server`` on each
 initiator, one ``--client`` per host), as seeds 000 and 003 loaded the storage from every RAC node. A case
 reports each host and the total, checks the total is the sum of the hosts and that each host ran its own
-random offset stream (its own fio ``randseed``, recorded per host), measures the target's CPU during the
+random offset stream (its own fio ``randseed``, recorded per host), records the fabric's queue settings and how
+far apart the hosts started (when fio reports it), measures the target's CPU during the
 run and the link utilisation, and fails with every threshold it breaks. With ``workloads.samples`` (or
 ``--fio-samples``) a point runs k times and reports the mean and its spread, gated by ``max_rsd_pct``; with
 ``workloads.timeseries`` each case keeps fio's logs and a time series per host. ``test_scaling`` runs the
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from pytest_fabricqa.fio import FioServer, figures, run_fio
+from pytest_fabricqa.fio import FioServer, figures, run_fio, start_offsets
 from pytest_fabricqa.lab import LabModel
 from pytest_fabricqa.measure import MeasurePlan, Point, point_problems, run_point, write_logs
 from pytest_fabricqa.provision import Fabric
@@ -163,6 +164,8 @@ def test_fio(
         violations=tuple(problems),
         extras=extras,
         randseeds=point.randseeds,
+        queues=fabric.queues,
+        start_offsets_ms=start_offsets(point.last),
     )
     regression = fabricqa_report.regressions(case)
     fabricqa_report.record(replace(case, regression=regression), request)

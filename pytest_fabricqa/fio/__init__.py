@@ -23,7 +23,7 @@ from pytest_fabricqa.fio.command import (
     server_argv,
     server_stop_argv,
 )
-from pytest_fabricqa.fio.figures import FIGURE_NAMES, figures, shared_offsets, total_mismatch
+from pytest_fabricqa.fio.figures import FIGURE_NAMES, figures, shared_offsets, start_offsets, total_mismatch
 from pytest_fabricqa.fio.model import (
     ClientServerResult,
     DirectionStats,
@@ -69,5 +69,6 @@ __all__ = [
     "server_stop_argv",
     "shared_offsets",
     "split_output",
+    "start_offsets",
     "total_mismatch",
 ]

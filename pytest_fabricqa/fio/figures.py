@@ -83,3 +83,17 @@ def shared_offsets(result: ClientServerResult) -> str | None:
             by_seed.setdefault(seed, []).append(host.host)
     shared = [f"{', '.join(hosts)} (randseed {seed})" for seed, hosts in by_seed.items() if len(hosts) > 1]
     return f"hosts shared a random offset stream: {'; '.join(shared)}" if shared else None
+
+
+def start_offsets(result: ClientServerResult) -> dict[str, float]:
+    """How long after the first host each host's jobs started, in ms, from fio's per-job ``job_start``.
+
+    Empty when fewer than two hosts ran or any host's fio did not report ``job_start`` (added in fio 3.36; fio
+    3.33, Debian 12's, does not): a partial answer would hide the host that started late. The hosts' clocks are
+    compared as they are, so clock skew between hosts (NTP keeps it to milliseconds) is part of the figure.
+    """
+    starts = {host.host: host.start_ms for host in result.hosts}
+    if len(starts) < 2 or any(start is None for start in starts.values()):
+        return {}
+    first = min(start for start in starts.values() if start is not None)
+    return {host: float(start - first) for host, start in starts.items() if start is not None}

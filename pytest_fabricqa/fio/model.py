@@ -168,6 +168,9 @@ class JobStats:
     # Set only in client/server output: the server this entry came from.
     hostname: str | None = None
     port: int | None = None
+    start_ms: int | None = None
+    """fio's ``job_start`` (fio >= 3.36): when the job started, ms since the epoch on its host's clock
+    (``job_start_clock_id``, CLOCK_REALTIME by default); None from older fio."""
     steadystate: SteadyStateStats | None = None
 
     def direction(self, name: str) -> DirectionStats:
@@ -209,6 +212,12 @@ class FioResult:
             for job in self.jobs
             if job.error
         )
+
+    @property
+    def start_ms(self) -> int | None:
+        """When the first of its jobs started (fio's ``job_start``, ms since the epoch), or None if not reported."""
+        starts = [job.start_ms for job in self.jobs if job.start_ms]
+        return min(starts) if starts else None
 
     @property
     def randseeds(self) -> tuple[int, ...]:

@@ -218,6 +218,7 @@ def _job(entry: Mapping[str, Any]) -> JobStats:
         hostname=None if hostname is None else str(hostname),
         port=None if port is None else _int(port),
         steadystate=_steadystate(entry.get("steadystate")),
+        start_ms=_optional_int(entry.get("job_start")),
     )
 
 

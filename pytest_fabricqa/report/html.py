@@ -69,7 +69,8 @@ class Row:
     cells: list[str]
     verdict: str
     kind: str = "total"
-    """``total`` (the case), ``host`` (one host's share, under its total) or ``reasons`` (why it failed)."""
+    """``total`` (the case), ``host`` (one host's share, under its total), ``reasons`` (why it failed) or
+    ``info`` (what the figures stand on: queue settings, seeds, start spread; in ``reasons``)."""
     reasons: list[str] = field(default_factory=list)
 
 
@@ -129,6 +130,26 @@ TABLE_HEADERS = (
 
 def _cells(figures: dict[str, float], metrics: Sequence[str]) -> list[str]:
     return [format_figure(m, figures[m]) if m in figures else "–" for m in metrics]
+
+
+def case_notes(case: Case) -> list[str]:
+    """What a case's figures stand on, one line each: how far apart its hosts started, each host's fio
+    randseed and the queue settings read from the hosts."""
+    notes: list[str] = []
+    if case.start_spread_ms is not None:
+        late = max(case.start_offsets_ms, key=lambda host: case.start_offsets_ms[host])
+        notes.append(f"hosts started within {case.start_spread_ms:,.0f} ms of each other (last: {late}; fio job_start)")
+    elif len(case.hosts) > 1 and case.randseeds:
+        notes.append("start spread of the hosts not known: this fio does not report job_start (fio 3.36 does)")
+    if case.randseeds:
+        notes.append("randseed: " + ", ".join(f"{host} {seed}" for host, seed in sorted(case.randseeds.items())))
+    if case.queues:
+        parts = [
+            f"{host} " + ", ".join(f"{key} {value}" for key, value in settings.items())
+            for host, settings in sorted(case.queues.items())
+        ]
+        notes.append("queues: " + "; ".join(parts))
+    return notes
 
 
 def _reasons(case: Case) -> list[str]:
@@ -299,6 +320,9 @@ def _protocol_section(run: Run, protocol: str, chart_ids: list[int]) -> Protocol
             if several:
                 for host, figures in sorted(case.hosts.items()):
                     rows.append(Row("", "", host, _cells(figures, metrics), "", kind="host"))
+            notes = case_notes(case)
+            if notes:
+                rows.append(Row("", "", "", [], "", kind="info", reasons=notes))
             if case.verdict in ("failed", "error"):
                 # Reasons go below the host rows so the numbers of one case stay together.
                 rows.append(Row("", "", "", [], case.verdict, kind="reasons", reasons=_reasons(case)))
@@ -586,6 +610,8 @@ def case_extra_html(case: Case, *, chart_id: str = "case") -> str:
     reasons = list(case.violations) + (list(case.regression.messages) if case.regression else [])
     if reasons:
         parts.append("<ul>" + "".join(f"<li>{escape(r)}</li>" for r in reasons) + "</ul>")
+    for note in case_notes(case):
+        parts.append(f"<p style='margin:2px 0;color:#57606a'>{escape(note)}</p>")
     if case.figures:
         svg = charts.case_chart(case.figures, case.hosts, baseline=before or None, chart_id=chart_id)
         if svg:

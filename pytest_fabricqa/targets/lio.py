@@ -128,6 +128,7 @@ class LioPlan:
     iser: bool
     luns: tuple[LioLun, ...]
     acls: tuple[str, ...]  # initiator IQNs; empty means demo mode (generate_node_acls)
+    cmdsn_depth: int | None = None  # the TPG's default_cmdsn_depth (LIO's 64 when None)
 
     @property
     def portal(self) -> str:
@@ -165,7 +166,13 @@ def plan_from_lab(lab: LabModel, model: TargetModel, protocol: str) -> LioPlan:
                 "use iqn.yyyy-mm.reverse.domain:name, lower case",
             )
     return LioPlan(
-        model.iscsi.iqn, lab.target_address(model), model.iscsi.port, protocol == "iser", tuple(luns), tuple(acls)
+        model.iscsi.iqn,
+        lab.target_address(model),
+        model.iscsi.port,
+        protocol == "iser",
+        tuple(luns),
+        tuple(acls),
+        cmdsn_depth=model.iscsi.cmdsn_depth,
     )
 
 
@@ -412,6 +419,13 @@ class LioTarget:
             )
         attrib = f"{tpg}/attrib"
         self._step("cannot switch off CHAP", partial(remote.write, host, f"{attrib}/authentication", "0"))
+        if plan.cmdsn_depth is not None:
+            # Before the ACLs: an explicit ACL takes its cmdsn_depth from the TPG's default when it is created.
+            self._step(
+                f"cannot set default_cmdsn_depth {plan.cmdsn_depth}",
+                partial(remote.write, host, f"{attrib}/default_cmdsn_depth", str(plan.cmdsn_depth)),
+                f"LIO takes 1 to 512 ({self.where}.iscsi.cmdsn_depth)",
+            )
         if plan.acls:
             for iqn in plan.acls:
                 acl = f"{tpg}/acls/{iqn}"

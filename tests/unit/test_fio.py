@@ -33,6 +33,7 @@ from pytest_fabricqa.fio import (
     server_stop_argv,
     shared_offsets,
     split_output,
+    start_offsets,
     total_mismatch,
 )
 from pytest_fabricqa.fio.command import host_randseed
@@ -482,3 +483,22 @@ def test_hosts_sharing_a_random_offset_stream_is_a_failure_reason() -> None:
     seeds = [host.randseeds[0] for host in after.hosts]
     same = parse_client_server(text.replace(str(seeds[1]), str(seeds[0])), servers=servers)
     assert shared_offsets(same) == f"hosts shared a random offset stream: srv0, srv1 (randseed {seeds[0]})"
+
+
+def test_how_far_apart_the_hosts_started_comes_from_fios_job_start() -> None:
+    servers = [FioServer("srv0", "127.0.0.1", 8768), FioServer("srv1", "127.0.0.1", 8769)]
+    # fio 3.33 (recorded) has no per-job start time: nothing is invented.
+    recorded_333 = parse_client_server(recorded("clientserver-randseed").stdout, servers=servers)
+    assert all(host.start_ms is None for host in recorded_333.hosts) and start_offsets(recorded_333) == {}
+    # fio >= 3.36 adds "job_start" (ms since the epoch) to every job entry (stat.c, commit 12d325ca): the same
+    # recording with that key added, srv1's jobs 37 ms after srv0's.
+    document, _ = split_output(recorded("clientserver-randseed").stdout)
+    starts = {8768: 1796083200000, 8769: 1796083200037}
+    for entry in document["client_stats"]:
+        entry["job_start"] = starts[entry["port"]] + (0 if entry["jobname"] == "All clients" else 1)
+    with_start = parse_client_server(json.dumps(document, indent=1) + "\n", servers=servers)
+    assert with_start.host("srv0").start_ms == 1796083200001
+    assert start_offsets(with_start) == {"srv0": 0.0, "srv1": 37.0}
+    # One host without it and the answer is none, not half of one.
+    del document["client_stats"][0]["job_start"], document["client_stats"][2]["job_start"]
+    assert start_offsets(parse_client_server(json.dumps(document, indent=1) + "\n", servers=servers)) == {}

@@ -124,6 +124,26 @@ BAD = [
         r"lab\.yaml:\d+: workloads: sets\[0\]: unknown set 'alflash-4k'",
     ),
     (
+        "cmds-max-not-a-power-of-two",
+        GOOD.replace("protocols: [nvme-tcp]\n    devices", "protocols: [iscsi]\n    devices")
+        .replace(
+            "    nvme: {subsystems: [{nqn: nvmet1, namespaces: [d0]}]}",
+            "    iscsi: {iqn: 'iqn.2026-11.io.x:t', luns: [d0], cmds_max: 100}",
+        )
+        .replace("protocols: [nvme-tcp]\ntargets", "protocols: [iscsi]\ntargets"),
+        r"lab\.yaml:\d+: targets\[0\]\.iscsi\.cmds_max: cmds_max 100 must be a power of two",
+    ),
+    (
+        "cmdsn-depth-on-a-non-lio-target",
+        GOOD.replace("protocols: [nvme-tcp]\n    devices", "protocols: [iscsi]\n    devices")
+        .replace(
+            "    nvme: {subsystems: [{nqn: nvmet1, namespaces: [d0]}]}",
+            "    iscsi: {iqn: 'iqn.2026-11.io.x:t', luns: [d0], cmdsn_depth: 128}",
+        )
+        .replace("protocols: [nvme-tcp]\ntargets", "protocols: [iscsi]\ntargets"),
+        r"lab\.yaml:\d+: targets\[0\]: iscsi\.cmdsn_depth is LIO's default_cmdsn_depth; a nvmet target",
+    ),
+    (
         "bad-address",
         GOOD.replace("address: 10.10.10.19", "address: 10.10.10.300"),
         r"lab\.yaml:\d+: hosts\.stor\.storage\.address: ",

@@ -131,3 +131,35 @@ def test_bs_label() -> None:
         "64 KiB",
         "1536",
     ]
+
+
+def test_each_case_shows_what_its_figures_stand_on(sample: Run, tmp_path: Path) -> None:
+    from pytest_fabricqa.report.html import case_extra_html
+    from pytest_fabricqa.report.model import write_json
+
+    index, case = next((i, c) for i, c in enumerate(sample.cases) if c.suite == "performance" and len(c.hosts) > 1)
+    hosts = sorted(case.hosts)
+    stood_on = replace(
+        case,
+        randseeds={hosts[0]: 3528591611, hosts[1]: 618309420},
+        queues={hosts[0]: {"node.session.queue_depth": 32, "node.session.cmds_max": 128}, "el72h3": {"default_cmdsn_depth": 64}},
+        start_offsets_ms={hosts[0]: 0.0, hosts[1]: 37.0},
+    )  # fmt: skip
+    cases = list(sample.cases)
+    cases[index] = stood_on
+    run = replace(sample, cases=tuple(cases))
+    again = load_json(write_json(run, tmp_path / "results.json")).cases[index]
+    assert (again.randseeds, again.queues, again.start_offsets_ms) == (
+        stood_on.randseeds, stood_on.queues, stood_on.start_offsets_ms
+    )  # fmt: skip
+    assert again.start_spread_ms == 37.0
+    for html in (render_html(run), case_extra_html(stood_on)):
+        assert f"hosts started within 37 ms of each other (last: {hosts[1]}; fio job_start)" in html
+        assert f"randseed: {hosts[0]} 3528591611, {hosts[1]} 618309420" in html
+        assert (
+            f"queues: {hosts[0]} node.session.queue_depth 32, node.session.cmds_max 128; el72h3 default_cmdsn_depth 64"
+            in html
+        )
+    # Without fio's job_start the report says the spread is not known rather than showing nothing.
+    unknown = replace(stood_on, start_offsets_ms={})
+    assert "start spread of the hosts not known" in case_extra_html(unknown)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pytest_fabricqa.lab import load_lab
-from pytest_fabricqa.targets.base import ProvisionError
+from pytest_fabricqa.targets.base import ProvisionError, UndoStack
 from pytest_fabricqa.targets.lio import LioTarget, parse_snapshot, plan_from_lab
 from pytest_fabricqa.transport.base import CommandResult
 
@@ -114,3 +114,20 @@ def test_a_foreign_target_and_backstore_are_not_ours() -> None:
     assert target.leftovers() == []
     assert target.cleanup_stale() == []
     assert not [c for c in host.commands if "prod" in " ".join(c)]
+
+
+def test_the_labs_cmdsn_depth_is_set_before_the_acls_inherit_it(tmp_path: Path) -> None:
+    text = (LABS / "vlab.yaml").read_text().replace("    iscsi:\n", "    iscsi:\n      cmdsn_depth: 128\n", 1)
+    (tmp_path / "lab.yaml").write_text(text)
+    lab = load_lab(tmp_path / "lab.yaml")
+    model = lab.target_for("iscsi")
+    plan = plan_from_lab(lab, model, "iscsi")
+    stock = load_lab(LABS / "vlab.yaml")
+    assert plan.cmdsn_depth == 128 and plan_from_lab(stock, stock.target_for("iscsi"), "iscsi").cmdsn_depth is None
+    host = ScriptedHost((DATA / "lio-snapshot-empty.txt").read_text())
+    target = LioTarget(lab, model, {"vstor": host})  # type: ignore[dict-item]
+    target._make_target(plan, {0: "iblock_0", 1: "iblock_1"}, UndoStack(), {"targets": [plan.iqn]})
+    commands = [" ".join(c) for c in host.commands]
+    depth = next(i for i, c in enumerate(commands) if "attrib/default_cmdsn_depth" in c)
+    assert "128" in commands[depth]
+    assert depth < next(i for i, c in enumerate(commands) if "/acls/" in c)

@@ -1,6 +1,8 @@
-"""The truth of the numbers on the virtual lab (issue 11): each initiator runs its own random offset stream.
+"""The truth of the numbers on the virtual lab (issue 11): the queue settings the lab sets are the ones read back,
+each initiator runs its own random offset stream, and how far apart the hosts started is recorded when fio says.
 
-Runs on the three guests tests/vlab/conftest.py shares with the other modules here.
+Runs on the three guests tests/vlab/conftest.py shares with the other modules here. The queue tests connect their
+own fabric and come first: the module's nvme-tcp fabric holds the target from its first use to the module's end.
 """
 
 from __future__ import annotations
@@ -9,8 +11,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from vlab_support import make_lab
 
-from pytest_fabricqa.fio import FioServer, run_fio_clients, server_argv, server_stop_argv, split_output
+from pytest_fabricqa.fio import (
+    FioServer,
+    run_fio_clients,
+    server_argv,
+    server_stop_argv,
+    split_output,
+    start_offsets,
+)
 from pytest_fabricqa.fio.command import host_randseed
 from pytest_fabricqa.lab import LabModel
 from pytest_fabricqa.provision import Fabric, connect_fabric
@@ -21,6 +31,44 @@ pytestmark = pytest.mark.vlab
 
 PIDFILE = "/run/fabricqa-numbers-fio.pid"
 Vlab = tuple[LabModel, dict[str, Host], dict[str, str]]
+
+
+def _queue_settings(data: dict[str, Any]) -> None:
+    for target in data["targets"]:
+        if target.get("iscsi"):
+            target["iscsi"].update(queue_depth=64, cmds_max=256, cmdsn_depth=96)
+        if target.get("nvme"):
+            target["nvme"].setdefault("connect", {}).update(nr_io_queues=1, queue_size=64)
+
+
+@pytest.mark.parametrize("protocol", ["iscsi", "nvme-tcp"])
+def test_queue_settings_are_set_and_read_back(vlab: Vlab, protocol: str) -> None:
+    _, hosts, _ = vlab
+    fabric = connect_fabric(make_lab(_queue_settings), protocol, hosts)
+    try:
+        queues = fabric.queues
+    finally:
+        fabric.teardown()
+    for initiator in ("vnode1", "vnode2"):
+        if protocol == "iscsi":
+            assert queues[initiator] == {"node.session.queue_depth": 64, "node.session.cmds_max": 256}
+        else:
+            assert queues[initiator] == {"nr_io_queues": 1, "queue_size": 64}
+    if protocol == "iscsi":
+        # Set before the ACLs were made, so each initiator's ACL took the same window.
+        assert set(queues["vstor"].values()) == {96} and "default_cmdsn_depth" in queues["vstor"]
+
+
+def test_the_stock_lab_records_the_defaults(vlab: Vlab) -> None:
+    lab, hosts, _ = vlab
+    fabric = connect_fabric(lab, "iscsi", hosts)
+    try:
+        queues = fabric.queues
+    finally:
+        fabric.teardown()
+    # open-iscsi's and LIO's defaults: seed 002's "iSCSI peaks at QD 32" may be exactly this 32.
+    assert queues["vnode1"] == {"node.session.queue_depth": 32, "node.session.cmds_max": 128}
+    assert queues["vstor"]["default_cmdsn_depth"] == 64
 
 
 @pytest.fixture(scope="module")
@@ -74,3 +122,17 @@ def test_each_initiator_runs_its_own_randseed(vlab: Vlab, nvme_tcp: Fabric, serv
     assert set(reported) == {"vnode1", "vnode2"}
     assert reported == {name: {str(host_randseed(case, name))} for name in reported}
     assert reported["vnode1"] != reported["vnode2"]
+
+
+def test_how_far_apart_the_hosts_started_is_recorded_when_fio_reports_it(
+    vlab: Vlab, nvme_tcp: Fabric, servers: list[FioServer]
+) -> None:
+    _, result = _run(vlab, nvme_tcp, servers)
+    document, _ = split_output(result.raw_output)
+    reported = [e for e in document["client_stats"] if e.get("jobname") != "All clients"]
+    offsets = start_offsets(result)
+    if all("job_start" in e for e in reported):  # fio >= 3.36
+        assert set(offsets) == {"vnode1", "vnode2"} and min(offsets.values()) == 0.0
+        assert max(offsets.values()) < 5000, offsets  # both servers got the job within seconds of each other
+    else:  # Debian 12's fio 3.33: no per-job start time, and none is invented
+        assert offsets == {} and all(h.start_ms is None for h in result.hosts)
