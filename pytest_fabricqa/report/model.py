@@ -88,7 +88,7 @@ class Case:
     figures: Figures = field(default_factory=dict)
     """Aggregate figures over all hosts (IOPS and MB/s summed; latency and CPU as the plugin folds them)."""
     thresholds: dict[str, float] = field(default_factory=dict)
-    """Limits applied, keyed ``min_<metric>`` or ``max_<metric>``."""
+    """Limits applied, by the lab's threshold keys (``min_iops``, ``max_p99_us``: :data:`pytest_fabricqa.metrics.THRESHOLD_KEYS`)."""
     violations: tuple[str, ...] = ()
     regression: RegressionInfo | None = None
     raw_fio_json: str | None = None

@@ -33,6 +33,14 @@ targets:
 """
 
 
+def iscsi_lab(setting: str) -> str:
+    """GOOD with its nvmet target serving iSCSI instead, with ``setting`` in the target's iscsi section."""
+    return GOOD.replace("protocols: [nvme-tcp]", "protocols: [iscsi]").replace(
+        "    nvme: {subsystems: [{nqn: nvmet1, namespaces: [d0]}]}",
+        f"    iscsi: {{iqn: 'iqn.2026-11.io.x:t', luns: [d0], {setting}}}",
+    )
+
+
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "lab.yaml"
     path.write_text(text)
@@ -125,22 +133,12 @@ BAD = [
     ),
     (
         "cmds-max-not-a-power-of-two",
-        GOOD.replace("protocols: [nvme-tcp]\n    devices", "protocols: [iscsi]\n    devices")
-        .replace(
-            "    nvme: {subsystems: [{nqn: nvmet1, namespaces: [d0]}]}",
-            "    iscsi: {iqn: 'iqn.2026-11.io.x:t', luns: [d0], cmds_max: 100}",
-        )
-        .replace("protocols: [nvme-tcp]\ntargets", "protocols: [iscsi]\ntargets"),
+        iscsi_lab("cmds_max: 100"),
         r"lab\.yaml:\d+: targets\[0\]\.iscsi\.cmds_max: cmds_max 100 must be a power of two",
     ),
     (
         "cmdsn-depth-on-a-non-lio-target",
-        GOOD.replace("protocols: [nvme-tcp]\n    devices", "protocols: [iscsi]\n    devices")
-        .replace(
-            "    nvme: {subsystems: [{nqn: nvmet1, namespaces: [d0]}]}",
-            "    iscsi: {iqn: 'iqn.2026-11.io.x:t', luns: [d0], cmdsn_depth: 128}",
-        )
-        .replace("protocols: [nvme-tcp]\ntargets", "protocols: [iscsi]\ntargets"),
+        iscsi_lab("cmdsn_depth: 128"),
         r"lab\.yaml:\d+: targets\[0\]: iscsi\.cmdsn_depth is LIO's default_cmdsn_depth; a nvmet target",
     ),
     (
