@@ -112,7 +112,7 @@ CASES = {
         r"database\.asmcmd\.host: 'el72h9' is not under 'hosts'",
     ),
     "disk-path-twice": (
-        _swap(RAC3, "  diskgroups: [NVME]", "  diskgroups: [NVME]\n  disk_paths: [/dev/nvme1n1, /dev/nvme1n1]"),
+        _swap(RAC3, "disk_paths: [/dev/nvme0n1, /dev/nvme1n1]", "disk_paths: [/dev/nvme1n1, /dev/nvme1n1]"),
         r"database\.disk_paths\[1\]: '/dev/nvme1n1' is listed twice",
     ),
 }
