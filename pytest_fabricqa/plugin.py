@@ -123,6 +123,8 @@ def pytest_configure(config: pytest.Config) -> None:
         protocols = _selected_protocols(lab, config.getoption("protocol"), path)
         workloads = _workloads(lab, path, config.getoption("fio_runtime"))
         measure = _measure(lab, path, config.getoption("fio_samples", None), workloads)
+        if lab.vlab is not None and not hasattr(config, "workerinput") and not config.getoption("collectonly"):
+            _check_virtual_lab(config, lab)
     except UserError as exc:
         raise pytest.UsageError(str(exc)) from None
     if getattr(config.option, "numprocesses", None) and getattr(config.option, "dist", "no") != "loadgroup":
@@ -160,6 +162,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     from pytest_fabricqa.vlab_lab import stop_if_owner
 
     stop_if_owner(lab, state_folder(config.rootpath, config.getini("fabricqa_state_dir") or None), os.getpid())
+
+
+def _check_virtual_lab(config: pytest.Config, lab: LabModel) -> None:
+    """Before any case: another virtual lab running where this one would boot is a usage error, not a traceback
+    half-way through the session."""
+    from pytest_fabricqa.session import state_folder
+    from pytest_fabricqa.vlab_lab import check_attachable
+
+    check_attachable(lab, state_folder(config.rootpath, config.getini("fabricqa_state_dir") or None))
 
 
 def _selected_protocols(lab: LabModel, values: list[str], path: Path) -> list[str]:

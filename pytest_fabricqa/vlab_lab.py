@@ -13,10 +13,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pytest_fabricqa.lab import LabModel
+from pytest_fabricqa.errors import UserError
+from pytest_fabricqa.lab import LabError, LabModel, load_lab, resolve_lab_path
 from pytest_fabricqa.vlab.machine import VirtualLab
 from pytest_fabricqa.vlab.procs import read_state
-from pytest_fabricqa.vlab.spec import Drive, Guest, VlabSpec
+from pytest_fabricqa.vlab.spec import Drive, Guest, SpecError, VlabSpec
+
+
+class LabInTheWay(UserError):
+    """Another virtual lab runs in the run dir this lab file needs; the message says what differs and how to
+    stop it or attach to it."""
 
 
 def spec_from_lab(lab: LabModel) -> VlabSpec:
@@ -26,7 +32,7 @@ def spec_from_lab(lab: LabModel) -> VlabSpec:
     for name, settings in lab.vlab.items():
         host = lab.hosts[name]
         if host.storage is None or host.port is None:
-            raise ValueError(f"vlab guest {name!r} needs hosts.{name}.port and hosts.{name}.storage")
+            raise SpecError(f"vlab guest {name!r} needs hosts.{name}.port and hosts.{name}.storage")
         guests.append(
             Guest(
                 name=name,
@@ -67,11 +73,41 @@ def ensure_running(
         running = VirtualLab.attach(spec, run_dir)
         if running is not None:
             return running, False
+        check_attachable(lab, state_dir)
         started = VirtualLab.start(spec, run_dir, owner_pid=owner_pid, log=log)
         # One line per boot: says who booted the lab (and proves xdist workers share one boot).
         with open(run_dir / "boots.log", "a") as handle:
             handle.write(f"booted by pid {os.getpid()} for owner {owner_pid}\n")
         return started, True
+
+
+def check_attachable(lab: LabModel, state_dir: Path) -> None:
+    """Raise :class:`LabInTheWay` when another lab runs in the run dir ``lab`` needs; pass when there is none,
+    when it is this very lab (its guests in any order), or when it is what a dead run left (boot cleans it up).
+    """
+    run_dir = run_dir_for(state_dir, lab)
+    found = VirtualLab.in_the_way(spec_from_lab(lab), run_dir)
+    if found is None:
+        return
+    why, whole = found
+    attach = ", or run with the lab file it was started from to attach to it" if whole else ""
+    raise LabInTheWay(
+        f"lab {lab.name!r}: the virtual lab running in {run_dir} is not this lab file's: {why}; "
+        f"stop it with `{down_command(lab.name, run_dir)}` and run again{attach}"
+    )
+
+
+def down_command(name: str, run_dir: Path) -> str:
+    """The command that stops the lab in ``run_dir``: ``--lab NAME`` where that finds this run dir from the
+    current folder (the CLI's default), else ``--run-dir``."""
+    cwd = Path.cwd()
+    try:
+        model = load_lab(resolve_lab_path(name, cwd))
+    except LabError:
+        model = None
+    if model is not None and run_dir_for(cwd / ".fabricqa", model).resolve() == Path(run_dir).resolve():
+        return f"fabricqa-vlab down --lab {name}"
+    return f"fabricqa-vlab down --run-dir {run_dir}"
 
 
 def stop_if_owner(lab: LabModel, state_dir: Path, owner_pid: int) -> bool:

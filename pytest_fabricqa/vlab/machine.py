@@ -37,7 +37,7 @@ from pytest_fabricqa.errors import FabricQAError
 from pytest_fabricqa.transport.base import CommandError, CommandResult
 from pytest_fabricqa.vlab import procs
 from pytest_fabricqa.vlab.image import Image, build_image
-from pytest_fabricqa.vlab.spec import Drive, Guest, VlabSpec
+from pytest_fabricqa.vlab.spec import Drive, Guest, SpecError, VlabSpec, spec_differences, spec_from_dict
 
 # Loaded at boot (no udev). null_blk, brd and loop are in the image but left unloaded, so a test can load
 # them with the parameters it needs (``modprobe null_blk nr_devices=1 gb=1``).
@@ -505,15 +505,43 @@ class VirtualLab:
 
     @classmethod
     def attach(cls, spec: VlabSpec, run_dir: Path) -> VirtualLab | None:
-        """The lab running in ``run_dir`` if it was started with this very ``spec`` and all of it is alive."""
+        """The lab running in ``run_dir`` if it is the lab ``spec`` describes and all of it is alive.
+
+        "The lab" is its guests by name (:func:`spec_differences`), not the order a lab file lists them in; the
+        returned lab keeps the spec it was booted with, whose order its MAC addresses follow.
+        """
         run_dir = Path(run_dir).resolve()
         state = procs.read_state(run_dir)
-        if state is None or state.spec != json.loads(json.dumps(spec.to_dict())):
+        running = _recorded_spec(state)
+        if state is None or running is None or spec_differences(running, spec):
             return None
         qemus = [p for p in state.processes if p.role.startswith("qemu ")]
         if len(qemus) != len(spec.guests) or not all(procs.alive(p) for p in state.processes):
             return None
-        return cls(spec, run_dir, Image.load(Path(state.image_root)), state)
+        return cls(running, run_dir, Image.load(Path(state.image_root)), state)
+
+    @classmethod
+    def in_the_way(cls, spec: VlabSpec, run_dir: Path) -> tuple[str, bool] | None:
+        """Why the lab recorded in ``run_dir`` can neither be attached as ``spec`` nor be cleaned up by
+        :meth:`start`, or None when nothing is in the way (no lab, the very lab, or one whose owner died).
+
+        The answer is one phrase -- what differs (``vstor.memory_mb: running 1024, wanted 1536``) or which
+        recorded processes are gone -- and whether the running lab is whole (so it can be attached as it is).
+        """
+        run_dir = Path(run_dir).resolve()
+        state = procs.read_state(run_dir)
+        if state is None or (state.owner is not None and not procs.alive(state.owner)):
+            return None
+        running = _recorded_spec(state)
+        if running is None:
+            return f"its state file {run_dir / procs.STATE_FILE} describes no lab this version can read", False
+        gone = [p.role for p in state.processes if not procs.alive(p)]
+        if gone:
+            return f"some of its processes are gone ({', '.join(gone)})", False
+        differences = spec_differences(running, spec)
+        if differences:
+            return f"it runs other guests ({'; '.join(differences)})", True
+        return None
 
     def console_log(self, guest: str) -> Path:
         """The guest's serial console log (kernel messages and the init's ``fabricqa-init:`` steps)."""
@@ -597,3 +625,13 @@ def _tail(path: Path, lines: int = 15) -> str:
 def cleanup_stale(run_dir: Path) -> list[str]:
     """Kill QEMU/VDE processes of earlier labs in ``run_dir`` whose owner died; see :func:`procs.cleanup_stale`."""
     return procs.cleanup_stale(run_dir)
+
+
+def _recorded_spec(state: procs.LabState | None) -> VlabSpec | None:
+    """The spec a running lab was booted with, from its state file; None when there is none or it is unreadable."""
+    if state is None:
+        return None
+    try:
+        return spec_from_dict(state.spec, procs.STATE_FILE)
+    except SpecError:
+        return None

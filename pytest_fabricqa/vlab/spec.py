@@ -139,6 +139,43 @@ def validate(spec: VlabSpec) -> None:
         )
 
 
+def _drive_layout(guest: Guest) -> dict[str, list[str]]:
+    """A guest's drives per kind, in spec order: the guest names each kind's devices in that order
+    (/dev/nvme0n1, /dev/nvme1n1; /dev/vda; /dev/ram0), so the order across kinds names nothing."""
+    layout: dict[str, list[str]] = {}
+    for drive in guest.drives:
+        layout.setdefault(drive.kind, []).append(f"{drive.id} {drive.size_mb} MB")
+    return layout
+
+
+def spec_differences(running: VlabSpec, wanted: VlabSpec) -> list[str]:
+    """What keeps a running lab from being the one ``wanted``, one phrase per difference ([] when it is).
+
+    A lab is its guests by name: the order in which a lab file lists its hosts (or a YAML tool re-saved them)
+    is not a difference, and neither is the order of drives of different kinds.
+    """
+    found: list[str] = []
+    if running.name != wanted.name:
+        found.append(f"name: running {running.name!r}, wanted {wanted.name!r}")
+    ran = {g.name: g for g in running.guests}
+    want = {g.name: g for g in wanted.guests}
+    found += [f"guest {name} runs but is not wanted" for name in ran if name not in want]
+    found += [f"guest {name} is wanted but not running" for name in want if name not in ran]
+    for name in (n for n in want if n in ran):
+        old, new = ran[name], want[name]
+        for key in ("ssh_port", "storage_address", "storage_mtu", "memory_mb", "cpus"):
+            if getattr(old, key) != getattr(new, key):
+                found.append(f"{name}.{key}: running {getattr(old, key)}, wanted {getattr(new, key)}")
+        old_drives, new_drives = _drive_layout(old), _drive_layout(new)
+        if old_drives != new_drives:
+            found.append(f"{name}.drives: running {_layout_text(old_drives)}, wanted {_layout_text(new_drives)}")
+    return found
+
+
+def _layout_text(layout: dict[str, list[str]]) -> str:
+    return "; ".join(f"{kind} {', '.join(drives)}" for kind, drives in sorted(layout.items())) or "none"
+
+
 def spec_from_dict(data: Any, source: str = "spec") -> VlabSpec:
     """A validated :class:`VlabSpec` from plain data; errors name ``source`` and the key."""
     try:

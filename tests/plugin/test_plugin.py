@@ -173,6 +173,57 @@ def test_a_user_error_while_running_is_one_line_and_exit_4(pytester: pytest.Pyte
     assert "raise CommandError" in output  # a failed command keeps its traceback
 
 
+def _fake_running_vlab(state_dir: Path, lab_text: str) -> list[subprocess.Popen[bytes]]:
+    """Record stand-in processes (sleep) in the run dir as the lab ``lab_text`` describes, up and whole."""
+    from pytest_fabricqa.lab import load_lab
+    from pytest_fabricqa.vlab import procs
+    from pytest_fabricqa.vlab_lab import run_dir_for, spec_from_lab
+
+    (state_dir / "booted.yaml").parent.mkdir(parents=True, exist_ok=True)
+    (state_dir / "booted.yaml").write_text(lab_text)
+    lab = load_lab(state_dir / "booted.yaml")
+    spec = spec_from_lab(lab)
+    roles = ["switch", *(f"qemu {g.name}" for g in spec.guests)]
+    children = [subprocess.Popen(["sleep", "300"]) for _ in roles]
+    run_dir = run_dir_for(state_dir, lab)
+    run_dir.mkdir(parents=True)
+    processes = tuple(procs.ref(role, c.pid) for role, c in zip(roles, children, strict=True))
+    procs.write_state(run_dir, procs.LabState(spec.to_dict(), None, processes, "", ""))
+    return children
+
+
+def test_another_virtual_lab_in_the_way_is_one_line_and_the_same_lab_reordered_is_not(
+    pytester: pytest.Pytester,
+) -> None:
+    vlab_text = (ROOT / "labs" / "vlab.yaml").read_text()
+    pytester.makeini("[pytest]\nfabricqa_state_dir = state\n")
+    pytester.makepyfile("def test_x():\n    pass\n")
+    # The lab file's hosts in another order: the same lab.
+    vstor = vlab_text[vlab_text.index("  vstor:\n") : vlab_text.index("  vnode1:\n")]
+    reordered = vlab_text.replace(vstor, "").replace("\nnetwork:", vstor.rstrip("\n") + "\n\nnetwork:", 1)
+    assert reordered.index("  vnode1:") < reordered.index("  vstor:")
+    (pytester.path / "reordered.yaml").write_text(reordered)
+    (pytester.path / "bigger.yaml").write_text(vlab_text.replace("memory_mb: 1536", "memory_mb: 2048"))
+    children = _fake_running_vlab(pytester.path / "state", vlab_text)
+    try:
+        pytester.runpytest_subprocess("--lab=reordered.yaml", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+        result = pytester.runpytest_subprocess("--lab=bigger.yaml", "-p", "no:cacheprovider")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines(
+            [
+                "ERROR: lab 'vlab': the virtual lab running in */state/vlab/vlab is not this lab file's: it runs "
+                "other guests (vstor.memory_mb: running 1536, wanted 2048); stop it with "
+                "`fabricqa-vlab down --run-dir */state/vlab/vlab` and run again, or run with the lab file it was "
+                "started from to attach to it"
+            ]
+        )
+        assert "Traceback" not in result.stderr.str() + result.stdout.str()
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+
+
 def test_loads_on_one_target_never_overlap_under_xdist(pytester: pytest.Pytester) -> None:
     """Cases marked loads_target share an xdist group per target host; prerequisite-like cases spread out."""
     pytester.makepyfile(

@@ -12,6 +12,7 @@ from pytest_fabricqa.errors import FabricQAError, UserError
 # What the user must fix in the input they gave (lab file, options, results files, Oracle settings).
 USER_ERRORS = {
     "LabError",
+    "LabInTheWay",
     "MatrixError",
     "OracleConfigError",
     "ResultsFileError",

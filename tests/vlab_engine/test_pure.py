@@ -14,15 +14,19 @@ import subprocess
 import sys
 import tarfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
+from pytest_fabricqa.lab import LabModel, load_lab
 from pytest_fabricqa.vlab import image as image_mod
 from pytest_fabricqa.vlab import procs
 from pytest_fabricqa.vlab.image import Image, cache_key, debian_sources, module_closure
 from pytest_fabricqa.vlab.machine import (
     BOOT_MODULES,
+    VirtualLab,
     guest_config_tar,
     guest_env,
     host_nqn,
@@ -31,7 +35,16 @@ from pytest_fabricqa.vlab.machine import (
     qemu_argv,
     socket_dir,
 )
-from pytest_fabricqa.vlab.spec import Drive, Guest, SpecError, VlabSpec, load_spec_json, spec_from_dict
+from pytest_fabricqa.vlab.spec import (
+    Drive,
+    Guest,
+    SpecError,
+    VlabSpec,
+    load_spec_json,
+    spec_differences,
+    spec_from_dict,
+)
+from pytest_fabricqa.vlab_lab import LabInTheWay, check_attachable, run_dir_for, spec_from_lab
 
 SPEC = VlabSpec(
     name="lab1",
@@ -436,3 +449,139 @@ def test_switch_floods_learns_and_passes_jumbo_frames(tmp_path: Path) -> None:
         proc.terminate()
         assert proc.wait(timeout=10) == 0
     assert not path.exists()
+
+
+# -- lab identity: which running lab a lab file attaches to ---------------------------------------------------
+
+REORDERED = VlabSpec(name="lab1", guests=tuple(reversed(SPEC.guests)))
+
+
+def test_a_lab_is_its_guests_by_name_not_their_order() -> None:
+    assert spec_differences(SPEC, REORDERED) == []
+    bigger = VlabSpec(
+        name="lab1",
+        guests=(replace(SPEC.guests[0], memory_mb=2048), SPEC.guests[1], Guest("init2", 10024, "10.10.10.12/24")),
+    )
+    assert spec_differences(SPEC, bigger) == [
+        "guest init2 is wanted but not running",
+        "vstor.memory_mb: running 1024, wanted 2048",
+    ]
+
+
+def test_drive_order_matters_only_within_a_kind() -> None:
+    """The guest names each kind's devices in spec order (nvme0n1, nvme1n1): that order is part of the lab."""
+    a, b, v = Drive("A", 64), Drive("B", 128), Drive("V", 32, kind="virtio")
+    one = VlabSpec(name="lab1", guests=(Guest("g", 10022, "10.10.10.10/24", drives=(a, b, v)),))
+    kinds_moved = VlabSpec(name="lab1", guests=(Guest("g", 10022, "10.10.10.10/24", drives=(v, a, b)),))
+    nvme_swapped = VlabSpec(name="lab1", guests=(Guest("g", 10022, "10.10.10.10/24", drives=(b, a, v)),))
+    assert spec_differences(one, kinds_moved) == []
+    assert spec_differences(one, nvme_swapped) == [
+        "g.drives: running nvme A 64 MB, B 128 MB; virtio V 32 MB, wanted nvme B 128 MB, A 64 MB; virtio V 32 MB"
+    ]
+
+
+def _running_lab(run_dir: Path, spec: VlabSpec, owner: procs.ProcessRef | None = None) -> list[subprocess.Popen[bytes]]:
+    """Stand-ins for a lab's switch and QEMU processes, recorded in ``run_dir`` as a running lab."""
+    roles = ["switch", *(f"qemu {g.name}" for g in spec.guests)]
+    children = [_spawn(["sleep", "300"]) for _ in roles]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    state = procs.LabState(
+        spec=spec.to_dict(),
+        owner=owner,
+        processes=tuple(procs.ref(role, c.pid) for role, c in zip(roles, children, strict=True)),
+        image_root="",
+        sock_dir="",
+    )
+    procs.write_state(run_dir, state)
+    return children
+
+
+def _stop(children: list[subprocess.Popen[bytes]]) -> None:
+    for child in children:
+        child.kill()
+        child.wait()
+
+
+def test_a_running_lab_attaches_with_its_guests_listed_in_another_order(tmp_path: Path) -> None:
+    children = _running_lab(tmp_path / "lab1", SPEC)
+    try:
+        attached = VirtualLab.attach(REORDERED, tmp_path / "lab1")
+        assert attached is not None
+        assert attached.spec == SPEC  # the order it booted in, which its MAC addresses follow
+        assert VirtualLab.in_the_way(REORDERED, tmp_path / "lab1") is None
+    finally:
+        _stop(children)
+
+
+def test_what_is_in_the_way_of_attaching(tmp_path: Path) -> None:
+    bigger = VlabSpec(name="lab1", guests=(replace(SPEC.guests[0], memory_mb=2048), SPEC.guests[1]))
+    assert VirtualLab.in_the_way(SPEC, tmp_path / "none") is None  # no lab at all
+    children = _running_lab(tmp_path / "lab1", SPEC)
+    try:
+        assert VirtualLab.attach(bigger, tmp_path / "lab1") is None
+        assert VirtualLab.in_the_way(bigger, tmp_path / "lab1") == (
+            "it runs other guests (vstor.memory_mb: running 1024, wanted 2048)",
+            True,
+        )
+        children[1].kill()
+        children[1].wait()
+        assert VirtualLab.in_the_way(SPEC, tmp_path / "lab1") == ("some of its processes are gone (qemu vstor)", False)
+    finally:
+        _stop(children)
+    # A lab whose owner (a killed pytest) is dead is not in the way: booting cleans it up.
+    children = _running_lab(tmp_path / "lab2", SPEC, owner=_dead_owner())
+    try:
+        assert VirtualLab.in_the_way(bigger, tmp_path / "lab2") is None
+    finally:
+        _stop(children)
+
+
+VLAB_YAML = Path(__file__).resolve().parents[2] / "labs" / "vlab.yaml"
+
+
+def _lab_with(tmp_path: Path, text: str) -> LabModel:
+    path = tmp_path / "lab.yaml"
+    path.write_text(text)
+    return load_lab(path)
+
+
+def _hosts_reversed(text: str) -> str:
+    """labs/vlab.yaml with its hosts and its vlab guests listed in reverse order (as a YAML tool might re-save it)."""
+    data = yaml.safe_load(text)
+    data["hosts"] = dict(reversed(list(data["hosts"].items())))
+    data["vlab"] = dict(reversed(list(data["vlab"].items())))
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def test_the_lab_file_with_hosts_reordered_attaches_and_another_lab_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    lab = load_lab(VLAB_YAML)
+    state_dir = tmp_path / ".fabricqa"
+    run_dir = run_dir_for(state_dir, lab)
+    children = _running_lab(run_dir, spec_from_lab(lab))
+    try:
+        reordered = _lab_with(tmp_path, _hosts_reversed(VLAB_YAML.read_text()))
+        assert [g.name for g in spec_from_lab(reordered).guests] == ["vnode2", "vnode1", "vstor"]
+        check_attachable(reordered, state_dir)  # the same lab: attaches, nothing raised
+        assert VirtualLab.attach(spec_from_lab(reordered), run_dir) is not None
+
+        other = _lab_with(tmp_path, VLAB_YAML.read_text().replace("memory_mb: 1536", "memory_mb: 2048"))
+        with pytest.raises(LabInTheWay) as caught:
+            check_attachable(other, state_dir)
+        message = str(caught.value)
+        assert "\n" not in message
+        assert message == (
+            f"lab 'vlab': the virtual lab running in {run_dir} is not this lab file's: it runs other guests "
+            "(vstor.memory_mb: running 1536, wanted 2048); stop it with "
+            f"`fabricqa-vlab down --run-dir {run_dir}` and run again, "
+            "or run with the lab file it was started from to attach to it"
+        )
+        # From a folder whose labs/vlab.yaml leads the CLI to this run dir, the hint is the short form.
+        (tmp_path / "labs").mkdir()
+        (tmp_path / "labs" / "vlab.yaml").write_text(VLAB_YAML.read_text())
+        with pytest.raises(LabInTheWay, match=r"stop it with `fabricqa-vlab down --lab vlab` and run again"):
+            check_attachable(other, state_dir)
+    finally:
+        _stop(children)
