@@ -231,3 +231,11 @@ def test_iscsiadm_failures_other_than_no_objects_are_not_swallowed() -> None:
         )
         == []
     )
+
+
+def test_sysfs_script_on_a_multipath_kernel_prints_what_it_recorded_on_the_virtual_lab(tmp_path: Path) -> None:
+    _materialise(OLD / "sysfs-linux-6.1-tcp.tree", tmp_path)
+    out = subprocess.run(
+        ["sh", "-c", nvme.SYSFS_SCRIPT, "sh", str(tmp_path)], capture_output=True, text=True, check=True
+    )
+    assert out.stdout == (DATA / "nvme-sysfs-tcp.txt").read_text()
