@@ -299,6 +299,9 @@ def load_matrix(overrides: Mapping[str, Any] | None = None, *, runtime_override:
           - {name: randrw-8k-70-qd32-j4, rw: randrw, bs: 8k, numjobs: 4, iodepth: 32, writes: true,
              options: {rwmixread: 70}}
 
+    The section's :data:`MEASURE_KEYS` (samples, steady_state, timeseries, scaling, knee_gain_pct) say how each
+    point is measured, not which workloads run: :func:`pytest_fabricqa.measure.measure_plan` reads them.
+
     Runtime precedence, strongest first: ``runtime_override`` (the command line, for a quick smoke run),
     the per-workload ``workloads.<name>.runtime``, the lab-wide ``runtime``, the workload's own. A
     workload that appears in two enabled sets runs once. ``only``/``exclude`` also apply to ``extra``.
