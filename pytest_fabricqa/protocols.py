@@ -16,6 +16,7 @@ class ProtocolSpec:
     name: str
     family: str  # "nvme" or "scsi"
     fabric: str  # "tcp" or "rdma"
+    transport: str  # what an export names it: the NVMe trtype ("tcp", "rdma"), the SCSI transport ("tcp", "iser")
     initiator_tools: tuple[str, ...]
     initiator_modules: tuple[str, ...]
     target_modules: dict[str, tuple[str, ...]]  # by target kind
@@ -32,6 +33,7 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
         "nvme-tcp",
         "nvme",
         "tcp",
+        "tcp",
         ("fio", "nvme"),
         ("nvme_fabrics", "nvme_tcp"),
         {"nvmet": ("nvmet", "nvmet_tcp")},
@@ -41,6 +43,7 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
         "nvme-rdma",
         "nvme",
         "rdma",
+        "rdma",
         ("fio", "nvme"),
         ("nvme_fabrics", "nvme_rdma"),
         {"nvmet": ("nvmet", "nvmet_rdma")},
@@ -48,6 +51,7 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
     "iscsi": ProtocolSpec(
         "iscsi",
         "scsi",
+        "tcp",
         "tcp",
         ("fio", "iscsiadm"),
         ("iscsi_tcp", "sd_mod"),
@@ -57,6 +61,7 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
         "iser",
         "scsi",
         "rdma",
+        "iser",
         ("fio", "iscsiadm"),
         ("ib_iser", "sd_mod"),
         {"lio": ("target_core_mod", "target_core_iblock", "iscsi_target_mod", "ib_isert")},

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pytest_fabricqa.lab import LabModel, TargetModel
+from pytest_fabricqa.protocols import protocol as protocol_spec
 from pytest_fabricqa.targets.base import Export, ExportedUnit, ProvisionError, UndoStack, target_index
 from pytest_fabricqa.transport.base import Host
 
@@ -39,7 +40,7 @@ class ExternalTarget:
                 dev.destructive_ok if dev else False,
             )
 
-        if protocol.startswith("nvme"):
+        if protocol_spec(protocol).family == "nvme":
             if model.nvme is None:
                 raise ProvisionError(address, f"{self.where} has no 'nvme' section", "describe the array's subsystems")
             units = tuple(
@@ -47,11 +48,11 @@ class ExternalTarget:
                 for sub in model.nvme.subsystems
                 for nsid, name in enumerate(sub.namespaces, start=1)
             )
-            return Export(protocol, protocol.split("-", 1)[1], address, model.nvme.port, units, None)
+            return Export(protocol, protocol_spec(protocol).transport, address, model.nvme.port, units, None)
         if model.iscsi is None:
             raise ProvisionError(address, f"{self.where} has no 'iscsi' section", "describe the array's target IQN")
         units = tuple(unit(model.iscsi.iqn, lun, name) for lun, name in enumerate(model.iscsi.luns))
-        return Export(protocol, "iser" if protocol == "iser" else "tcp", address, model.iscsi.port, units, None)
+        return Export(protocol, protocol_spec(protocol).transport, address, model.iscsi.port, units, None)
 
     def cleanup_stale(self) -> list[str]:
         """Nothing of ours lives on an external array."""

@@ -21,17 +21,18 @@ from functools import partial
 from typing import Any
 
 from pytest_fabricqa.lab import IQN_RE, LabModel, TargetModel
+from pytest_fabricqa.protocols import protocol as protocol_spec
 from pytest_fabricqa.targets import remote
 from pytest_fabricqa.targets.base import (
     Export,
     ExportedUnit,
     ProvisionError,
     UndoStack,
-    command_tail,
     mark_number,
     target_index,
 )
-from pytest_fabricqa.transport.base import CommandError, Host
+from pytest_fabricqa.targets.configfs import ConfigfsTarget
+from pytest_fabricqa.transport.base import Host
 
 ROOT = "/sys/kernel/config/target"
 TPG = "tpgt_1"
@@ -169,7 +170,7 @@ def plan_from_lab(lab: LabModel, model: TargetModel, protocol: str) -> LioPlan:
         model.iscsi.iqn,
         lab.target_address(model),
         model.iscsi.port,
-        protocol == "iser",
+        protocol_spec(protocol).transport == "iser",
         tuple(luns),
         tuple(acls),
         cmdsn_depth=model.iscsi.cmdsn_depth,
@@ -225,31 +226,15 @@ def parse_snapshot(text: str) -> LioSnapshot:
     return snap
 
 
-class LioTarget:
+class LioTarget(ConfigfsTarget):
     """LIO on a lab host, driven through configfs over the host's transport."""
 
     kind = "lio"
 
     def __init__(self, lab: LabModel, model: TargetModel, hosts: Mapping[str, Host]) -> None:
-        assert model.host is not None and model.iscsi is not None
-        self.lab = lab
-        self.model = model
-        self.host = hosts[model.host]
-        self.where = f"targets[{target_index(lab, model)}]"
+        assert model.iscsi is not None
+        super().__init__(lab, model, hosts)
         self.prefix = f"{model.name_prefix}_"
-        self.state_file = remote.state_path(model.name_prefix, "lio")
-
-    def __repr__(self) -> str:
-        return f"LioTarget({self.host.name})"
-
-    def _fail(self, what: str, fix: str) -> ProvisionError:
-        return ProvisionError(self.host.name, what, fix)
-
-    def _step(self, what: str, action: Any, fix: str = "") -> None:
-        try:
-            action()
-        except CommandError as exc:
-            raise self._fail(f"{what} ({command_tail(exc)})", fix or "see the target's dmesg") from None
 
     def snapshot(self) -> LioSnapshot:
         """Read the target's LIO tree in one command."""
@@ -258,10 +243,11 @@ class LioTarget:
     # -- provision ------------------------------------------------------------------------------------------
     def provision(self, protocol: str, undo: UndoStack) -> Export:
         """Create backstores, the target, its LUNs, the portal (iSER on for iser), ACLs; enable the TPG."""
-        if protocol not in ("iscsi", "iser"):
+        spec = protocol_spec(protocol)
+        if "lio" not in spec.target_modules:
             raise self._fail(f"LIO does not serve {protocol} here", f"serve {protocol} with another target kind")
         plan = plan_from_lab(self.lab, self.model, protocol)
-        modules = ["target_core_mod", "target_core_iblock", "iscsi_target_mod"] + (["ib_isert"] if plan.iser else [])
+        modules = list(spec.target_modules["lio"])
         result = self.host.run(["modprobe", "-a", *modules], check=False)
         if not result.ok:
             raise self._fail(
@@ -289,7 +275,7 @@ class LioTarget:
             ExportedUnit(plan.iqn, lun.lun, lun.backing, lun.path, lun.writable, lun.destructive_ok)
             for lun in plan.luns
         )
-        return Export(protocol, "iser" if plan.iser else "tcp", plan.address, plan.port, units, self.host.name)
+        return Export(protocol, spec.transport, plan.address, plan.port, units, self.host.name)
 
     def _check(self, plan: LioPlan, snap: LioSnapshot) -> None:
         if plan.iqn in snap.targets:
@@ -369,13 +355,6 @@ class LioTarget:
             f"check that {lun.path} is not mounted, held by device-mapper or exported exclusively elsewhere",
         )
         return hba
-
-    def _create(self, what: str, path: str, fix: str = "") -> bool:
-        """``mkdir`` one configfs object: True when this step made it, False when it was already there."""
-        try:
-            return remote.create_dir(self.host, path)
-        except CommandError as exc:
-            raise self._fail(f"{what} ({command_tail(exc)})", fix or "see the target's dmesg") from None
 
     def _make_target(self, plan: LioPlan, hbas: dict[int, str], undo: UndoStack, state: dict[str, Any]) -> None:
         host = self.host
@@ -468,14 +447,6 @@ class LioTarget:
         ]
         hbas = [h for h in recorded.get("hbas", []) if h in snap.hbas]
         return targets, backstores, hbas, state is not None
-
-    def _remove_state_if_clean(self) -> None:
-        """The last undo: drop the state file, unless objects it lists survived the teardown (the leftovers gate
-        reports them, and the next run needs the file to know they are ours)."""
-        snap = self.snapshot()
-        targets, backstores, hbas, _ = self._ours(snap) if snap.loaded else ([], [], [], False)
-        if not (targets or backstores or hbas):
-            remote.remove_state(self.host, self.state_file)
 
     def cleanup_stale(self) -> list[str]:
         """Remove the targets, backstores and HBAs an earlier run left, then its state file."""

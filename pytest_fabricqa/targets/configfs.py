@@ -1,0 +1,73 @@
+"""What the configfs target kinds (nvmet, LIO) share: the host, the lab key for messages, one-line failures, atomic
+creation, and the ownership state file on the target host (:mod:`pytest_fabricqa.targets.remote`).
+
+A subclass names its ``kind``, reads its tree with :meth:`snapshot` and says which objects of a snapshot are its
+own with :meth:`_ours` (the lists of objects, then whether a state file exists).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pytest_fabricqa.lab import LabModel, TargetModel
+from pytest_fabricqa.targets import remote
+from pytest_fabricqa.targets.base import ProvisionError, command_tail, target_index
+from pytest_fabricqa.transport.base import CommandError, Host
+
+
+class ConfigfsTarget:
+    """Base of the drivers that build a target out of configfs directories on one lab host."""
+
+    kind = "configfs"
+
+    def __init__(self, lab: LabModel, model: TargetModel, hosts: Mapping[str, Host]) -> None:
+        assert model.host is not None
+        self.lab = lab
+        self.model = model
+        self.host = hosts[model.host]
+        self.where = f"targets[{target_index(lab, model)}]"
+        self.state_file = remote.state_path(model.name_prefix, self.kind)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.host.name})"
+
+    def _fail(self, what: str, fix: str) -> ProvisionError:
+        return ProvisionError(self.host.name, what, fix)
+
+    def _step(self, what: str, action: Callable[..., object], fix: str = "") -> None:
+        """Run one provisioning step; a failed command becomes a one-line :class:`ProvisionError`."""
+        try:
+            action()
+        except CommandError as exc:
+            raise self._fail(f"{what} ({command_tail(exc)})", fix or "see the target's dmesg") from None
+
+    def _create(self, what: str, path: str, fix: str = "") -> bool:
+        """``mkdir`` one configfs object: True when this step made it, False when it was already there."""
+        try:
+            return remote.create_dir(self.host, path)
+        except CommandError as exc:
+            raise self._fail(f"{what} ({command_tail(exc)})", fix or "see the target's dmesg") from None
+
+    def _forget(self, state: dict[str, Any], key: str, value: Any) -> None:
+        """Drop an object that turned out not to be ours from the state file, so no later run removes it."""
+        state[key] = [v for v in state[key] if v != value]
+        remote.write_state(self.host, self.state_file, state)
+
+    def snapshot(self) -> Any:
+        """The target's tree, read in one command (the subclass's parser)."""
+        raise NotImplementedError
+
+    def _ours(self, snap: Any) -> tuple[Any, ...]:
+        """The objects of ``snap`` that are ours (lists), then whether the state file exists."""
+        raise NotImplementedError
+
+    def _owned_now(self) -> Sequence[Sequence[Any]]:
+        snap = self.snapshot()
+        return self._ours(snap)[:-1] if snap.loaded else ()
+
+    def _remove_state_if_clean(self) -> None:
+        """The last undo: drop the state file, unless objects it lists survived the teardown (the leftovers gate
+        reports them, and the next run needs the file to know they are ours)."""
+        if not any(self._owned_now()):
+            remote.remove_state(self.host, self.state_file)
