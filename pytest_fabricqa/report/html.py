@@ -616,5 +616,8 @@ def case_extra_html(case: Case, *, chart_id: str = "case") -> str:
         svg = charts.case_chart(case.figures, case.hosts, baseline=before or None, chart_id=chart_id)
         if svg:
             parts.append(f"<div style='max-width:720px'>{svg}</div>")
+    over_time = _timeseries_chart(case, f"{chart_id}-ts")
+    if over_time:
+        parts.append(f"<div style='max-width:960px'>{over_time}</div>")
     parts.append("</div>")
     return "".join(parts)

@@ -15,7 +15,7 @@ import pytest
 
 from pytest_fabricqa.fio import FioServer, server_argv, server_stop_argv
 from pytest_fabricqa.measure import MeasurePlan, SeriesPlan, run_point, write_logs
-from pytest_fabricqa.spread import SamplingPlan
+from pytest_fabricqa.spread import SamplingPlan, SteadyStatePlan
 from pytest_fabricqa.transport.counting import CountingHost, round_trips
 from pytest_fabricqa.transport.local import LocalHost
 from pytest_fabricqa.workloads import make_workload
@@ -77,3 +77,23 @@ def test_a_point_is_one_command_with_logs_and_the_target_sampled_alongside(
     kept = write_logs(tmp_path / "logs", point.last.logs)
     assert kept and all(p.read_text() for p in kept)
     assert point.problems == ()
+
+
+def test_steady_state_mode_passes_fio_ss_and_reports_it_not_reached(
+    servers: tuple[list[FioServer], list[Path]], tmp_path: Path
+) -> None:
+    """A limit no run meets (IOPS slope within 0.001%): fio says "not attained" on every host, for real."""
+    fio_servers, images = servers
+    log: list = []
+    controller = CountingHost(LocalHost("node1"), log)
+    target = CountingHost(LocalHost("target"), log)
+    workload = make_workload("randread", "4k", iodepth=4, runtime=3, ramp_time=0)
+    steady = SteadyStatePlan(ss="iops_slope:0.001%", ss_dur=2, ss_ramp=0, window=2, max_rounds=2)
+    jobs = [(server, [str(image)]) for server, image in zip(fio_servers, images, strict=True)]
+    point = run_point(controller, jobs, workload, MeasurePlan(SamplingPlan(1, steady)), target=target)
+
+    assert len(point.results) == 2 and len(log) == 2  # two rounds, no CPU sampler in this mode
+    assert any("target CPU not sampled" in note for note in point.notes)
+    fio_said = [p for p in point.problems if p.startswith("steady state not reached: fio's iops_slope:0.001%")]
+    assert {p.rsplit(" on ", 1)[1].split(",")[0] for p in fio_said} == {"node1", "node2"}
+    assert all(j.steadystate is not None for h in point.last.hosts for j in h.jobs)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pytest_fabricqa.fio.logs import build_timeseries
-from pytest_fabricqa.report.html import render_html, report_context
+from pytest_fabricqa.report.html import case_extra_html, render_html, report_context
 from pytest_fabricqa.report.model import Case, Run
 from pytest_fabricqa.scaling import scaling_points
 from pytest_fabricqa.workloads import make_workload
@@ -45,6 +45,9 @@ def test_a_case_with_logs_gets_its_time_series_chart() -> None:
     assert [cid for cid, _ in group.series] == ["nvme-tcp-randread-4k-qd8-j2"]
     page = render_html(run)
     assert "IOPS over time" in page and "summed histogram bins" in page
+    # pytest-html's per-test extras carry it too.
+    assert "IOPS over time" in case_extra_html(run.cases[0], chart_id="x1")
+    assert "IOPS over time" not in case_extra_html(run.cases[1], chart_id="x2")
 
 
 def test_a_sweep_marks_its_knee_at_the_lab_percentage() -> None:
