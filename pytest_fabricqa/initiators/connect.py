@@ -1,0 +1,300 @@
+"""Connecting one initiator to what a target exported, and finding what this plugin left on an initiator.
+
+nvme-cli (discover, connect, the namespaces by NQN + NSID) and open-iscsi (iface, discovery, node settings, login,
+the LUNs by IQN + LUN); every step's undo goes on the initiator's own stack before the step runs, and a connection
+that was there before this run's own connect (someone else's) stops the run instead of being taken over.
+:func:`initiator_objects` lists what carries this plugin's mark on one initiator, for the stale clean-up at the
+start and the leftovers gate at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from pytest_fabricqa.initiators import iscsi, nvme, portal_reachable
+from pytest_fabricqa.lab import LabModel, TargetModel
+from pytest_fabricqa.protocols import protocol as protocol_spec
+from pytest_fabricqa.queues import iscsi_node_updates
+from pytest_fabricqa.targets.base import Export, ProvisionError, UndoStack, command_tail
+from pytest_fabricqa.transport.base import CommandError, Host
+
+DEVICE_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class FabricDevice:
+    """A namespace or LUN as one initiator sees it, with what backs it on the target."""
+
+    initiator: str  # lab host name of the initiator
+    path: str  # block device on the initiator, e.g. /dev/nvme1n1 or /dev/sdb
+    backing: str  # the lab's device name on the target (e.g. "nvme0")
+    subsystem: str  # subsystem NQN or target IQN
+    address: int  # NSID (NVMe) or LUN (SCSI)
+    size_bytes: int
+    logical_block_size: int
+    writable: bool  # from the lab's device entry
+    destructive_ok: bool
+    load: bool = True  # performance workloads run on it (the lab's device entry)
+
+
+@dataclass(frozen=True)
+class Connected:
+    devices: list[FabricDevice]
+    discovered: list[str]
+
+
+def connect_one(lab: LabModel, model: TargetModel, export: Export, host: Host, undo: UndoStack) -> Connected:
+    if not portal_reachable(host, export.address, export.port, "rdma" if export.transport == "rdma" else "tcp"):
+        where = f"targets[{lab.targets.index(model)}]"
+        raise ProvisionError(
+            host.name,
+            f"cannot reach the portal {export.address}:{export.port} ({export.protocol})",
+            f"check the storage network (address and link of the storage interface, routes, firewall) and the "
+            f"target's address ({where})",
+        )
+    if protocol_spec(export.protocol).family == "nvme":
+        return connect_nvme(lab, export, host, undo)
+    return connect_iscsi(lab, model, export, host, undo)
+
+
+def _loads(lab: LabModel, export: Export, backing: str) -> bool:
+    device = lab.target_for(export.protocol).devices.get(backing)
+    return device.load if device is not None else True
+
+
+def connect_nvme(lab: LabModel, export: Export, host: Host, undo: UndoStack) -> Connected:
+    hostnqn = lab.hosts[host.name].host_nqn
+    trtype = export.transport
+    nvme_export = lab.target_for(export.protocol).nvme
+    options = nvme.ConnectOptions(**nvme_export.connect.model_dump()) if nvme_export else None
+    try:
+        records = nvme.discover(host, trtype, export.address, export.port, hostnqn)
+    except CommandError as exc:
+        raise ProvisionError(
+            host.name,
+            f"nvme discover at {export.address}:{export.port} ({trtype}) failed ({command_tail(exc)})",
+            "check that the target's port is enabled and, for rdma, that an RDMA link exists on both ends",
+        ) from None
+    discovered = list(dict.fromkeys(r.subnqn for r in records))
+    for nqn in export.subsystems:
+        if nqn not in discovered:
+            raise ProvisionError(
+                host.name,
+                f"discovery at {export.address}:{export.port} does not list {nqn} (it lists: "
+                f"{', '.join(discovered) or 'nothing'})",
+                f"allow host NQN {hostnqn or '(the host default)'} on the subsystem, and link it to the port",
+            )
+    # Connected before this run's connect (a killed run's controllers were removed at the start): someone else's.
+    # Connecting would fail or join their controller as a path, and our disconnect would then end their I/O.
+    already = sorted({c.subsysnqn for c in nvme.state(host)[0]} & set(export.subsystems))
+    if already:
+        raise ProvisionError(
+            host.name,
+            f"{', '.join(already)} is already connected on this host, and not by this run",
+            f"if nothing uses it, disconnect it (nvme disconnect -n {already[0]}); else wait for whoever uses it",
+        )
+    for nqn in export.subsystems:
+        undo.push(f"disconnect {nqn}", partial(nvme.disconnect, host, nqn))
+        try:
+            nvme.connect(host, trtype, export.address, export.port, nqn, hostnqn, options)
+        except CommandError as exc:
+            raise ProvisionError(
+                host.name,
+                f"nvme connect to {nqn} at {export.address}:{export.port} ({trtype}) failed ({command_tail(exc)})",
+                "see dmesg on both ends (host NQN allowed? queue count? RDMA link?)",
+            ) from None
+    wanted = [(u.subsystem, u.address) for u in export.units]
+    found = nvme.wait_for_namespaces(host, wanted, DEVICE_TIMEOUT_S)
+    for key in wanted:
+        if key not in found:
+            raise ProvisionError(
+                host.name,
+                f"namespace {key[1]} of {key[0]} has no block device {DEVICE_TIMEOUT_S:.0f} s after connect",
+                "check that the namespace is enabled on the target and see dmesg on the initiator",
+            )
+    devices = [
+        FabricDevice(
+            host.name,
+            found[(u.subsystem, u.address)].path,
+            u.backing,
+            u.subsystem,
+            u.address,
+            found[(u.subsystem, u.address)].size_bytes,
+            found[(u.subsystem, u.address)].logical_block_size,
+            u.writable,
+            u.destructive_ok,
+            _loads(lab, export, u.backing),
+        )
+        for u in export.units
+    ]
+    return Connected(devices, discovered)
+
+
+def iface_name(model: TargetModel, transport: str) -> str:
+    """The open-iscsi iface record this plugin creates for a target and transport (its mark on the initiator)."""
+    return f"{model.name_prefix}_{transport}"
+
+
+def connect_iscsi(lab: LabModel, model: TargetModel, export: Export, host: Host, undo: UndoStack) -> Connected:
+    iface = iface_name(model, export.transport)
+    iqn = export.subsystems[0]
+    initiator_iqn = lab.hosts[host.name].initiator_iqn
+    portal = iscsi.portal_name(export.address, export.port)
+    undo.push(f"delete iface {iface}", partial(iscsi.delete_iface, host, iface))
+    try:
+        iscsi.ensure_iface(host, iface, export.transport, initiator_iqn)
+    except CommandError as exc:
+        raise ProvisionError(
+            host.name, f"cannot create the open-iscsi iface {iface} ({command_tail(exc)})", "is iscsid running?"
+        ) from None
+    undo.push(
+        f"delete the node records of {iqn}",
+        partial(iscsi.delete_records, host, iqn, portal, export.address, export.port),
+    )
+    try:
+        targets = iscsi.discover(host, export.address, export.port, iface)
+    except CommandError as exc:
+        raise ProvisionError(
+            host.name,
+            f"iSCSI discovery at {portal} failed ({command_tail(exc)})",
+            "check that iscsid runs on the initiator and the target's portal is enabled",
+        ) from None
+    discovered = list(dict.fromkeys(t.iqn for t in targets))
+    if iqn not in discovered:
+        raise ProvisionError(
+            host.name,
+            f"discovery at {portal} does not list {iqn} (it lists: {', '.join(discovered) or 'nothing'})",
+            "check the target IQN and that its TPG is enabled",
+        )
+    portal = next((t.portal for t in targets if t.iqn == iqn and t.portal == portal), portal)
+    if any(s.iqn == iqn for s in iscsi.sessions(host)):
+        # Logged in before this run's login (a killed run's sessions were ended at the start): someone else's.
+        raise ProvisionError(
+            host.name,
+            f"a session to {iqn} already exists on this host, and not by this run",
+            f"if nothing uses it, log it out (iscsiadm -m node -T {iqn} -u); else wait for whoever uses it",
+        )
+    settings = {
+        "node.session.queue_depth": model.iscsi.queue_depth if model.iscsi else None,
+        "node.session.cmds_max": model.iscsi.cmds_max if model.iscsi else None,
+    }
+    for argv in iscsi_node_updates(iqn, portal, iface, settings):
+        try:
+            host.run(argv)
+        except CommandError as exc:
+            raise ProvisionError(
+                host.name,
+                f"cannot set {argv[-3]} of the node record of {iqn} ({command_tail(exc)})",
+                "check the value against open-iscsi's limits (iscsid.conf)",
+            ) from None
+    undo.push(f"log out of {iqn}", partial(iscsi.logout, host, iqn, portal))
+    try:
+        iscsi.login(host, iqn, portal, iface)
+    except CommandError as exc:
+        fix = (
+            f"check that the target's ACLs admit {initiator_iqn}"
+            if initiator_iqn
+            else "check the target's ACLs (demo mode?)"
+        )
+        if export.transport == "iser":
+            fix += " and that the portal has iser=1 and both ends have an RDMA link"
+        raise ProvisionError(
+            host.name, f"iSCSI login to {iqn} at {portal} over {export.transport} failed ({command_tail(exc)})", fix
+        ) from None
+    session = next((s for s in iscsi.sessions(host) if s.iqn == iqn), None)
+    if session is None or session.transport != export.transport:
+        raise ProvisionError(
+            host.name,
+            f"the session to {iqn} runs over {session.transport if session else 'nothing'}, not {export.transport}",
+            "check the node's iface.transport_name and the portal's iser attribute",
+        )
+    luns = [u.address for u in export.units]
+    found = iscsi.wait_for_luns(host, iqn, luns, DEVICE_TIMEOUT_S)
+    for lun in luns:
+        if lun not in found:
+            raise ProvisionError(
+                host.name,
+                f"LUN {lun} of {iqn} has no disk {DEVICE_TIMEOUT_S:.0f} s after login",
+                "load sd_mod on the initiator and check the ACL's mapped LUNs on the target",
+            )
+    devices = [
+        FabricDevice(
+            host.name,
+            found[u.address].path,
+            u.backing,
+            u.subsystem,
+            u.address,
+            found[u.address].size_bytes,
+            found[u.address].logical_block_size,
+            u.writable,
+            u.destructive_ok,
+            _loads(lab, export, u.backing),
+        )
+        for u in export.units
+    ]
+    return Connected(devices, discovered)
+
+
+# -- what this plugin left on an initiator ----------------------------------------------------------------------
+
+
+def _lab_nqns(lab: LabModel) -> set[str]:
+    nqns = set()
+    for target in lab.targets:
+        if target.nvme is None:
+            continue
+        nqns |= {s.nqn for s in target.nvme.subsystems}
+        if target.nvme.saved_config is not None:
+            from pytest_fabricqa.targets.nvmet import SavedConfigError, load_saved_config
+
+            with contextlib.suppress(SavedConfigError):  # a broken file fails loudly in provision, not here
+                nqns |= {s.nqn for s in load_saved_config(target.nvme.saved_config, target).subsystems}
+    return nqns
+
+
+def _lab_iqns(lab: LabModel) -> dict[str, TargetModel]:
+    return {t.iscsi.iqn: t for t in lab.targets if t.iscsi is not None}
+
+
+def initiator_objects(lab: LabModel, host: Host) -> list[tuple[str, Callable[[], None]]]:
+    """What this plugin may have left on one initiator: (sentence, undo action)."""
+    found: list[tuple[str, Callable[[], None]]] = []
+    nqns = _lab_nqns(lab)
+    if nqns:
+        listing = host.run(["sh", "-c", nvme.SYSFS_SCRIPT], check=False)
+        controllers, _ = nvme.parse_sysfs(listing.stdout)
+        for nqn in sorted({c.subsysnqn for c in controllers if c.subsysnqn in nqns}):
+            names = ", ".join(c.name for c in controllers if c.subsysnqn == nqn)
+            found.append(
+                (
+                    f"{host.name}: NVMe controller(s) {names} to {nqn} still connected",
+                    partial(nvme.disconnect, host, nqn),
+                )
+            )
+    iqns = _lab_iqns(lab)
+    if iqns and host.run(["sh", "-c", "command -v iscsiadm"], check=False).ok:
+        for session in iscsi.sessions(host):
+            if session.iqn in iqns:
+                found.append(
+                    (
+                        f"{host.name}: iSCSI session {session.sid} to {session.iqn} ({session.transport}) still logged in",
+                        partial(iscsi.logout, host, session.iqn, session.portal),
+                    )
+                )
+        for record in iscsi.node_records(host):
+            if record.iqn in iqns:
+                found.append(
+                    (
+                        f"{host.name}: open-iscsi node record {record.iqn} at {record.portal} still there",
+                        partial(iscsi.delete_node, host, record.iqn, record.portal),
+                    )
+                )
+        for iface in sorted({iface_name(t, tr) for t in iqns.values() for tr in ("tcp", "iser")}):
+            if iscsi.iface_exists(host, iface):
+                found.append(
+                    (f"{host.name}: open-iscsi iface {iface} still there", partial(iscsi.delete_iface, host, iface))
+                )
+    return found
