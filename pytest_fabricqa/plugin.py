@@ -134,6 +134,10 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     config.stash[LAB_KEY] = lab
     config.stash[PROTOCOLS_KEY] = protocols
+    if _wants_the_shipped_suites(config):
+        suites = qualification_suites()
+        if suites is not None:
+            config.args[:] = [str(suites)]
     config.stash[WORKLOADS_KEY] = workloads
     config.stash[MEASURE_KEY] = measure
     if config.pluginmanager.hasplugin("xdist"):
@@ -162,6 +166,27 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     from pytest_fabricqa.vlab_lab import stop_if_owner
 
     stop_if_owner(lab, state_folder(config.rootpath, config.getini("fabricqa_state_dir") or None), os.getpid())
+
+
+def _wants_the_shipped_suites(config: pytest.Config) -> bool:
+    """``pytest --lab=NAME`` in a folder of lab files means "qualify this lab": no test path on the command line,
+    no ``testpaths`` in an ini file, and no test files or conftest.py at the top of the folder (a folder with a
+    suite of the user's own is collected as pytest always does)."""
+    if config.args_source != pytest.Config.ArgsSource.INVOCATION_DIR:
+        return False
+    folder = config.invocation_params.dir
+    patterns = ["conftest.py", *config.getini("python_files")]
+    return not any(next(folder.glob(pattern), None) for pattern in patterns)
+
+
+def qualification_suites() -> Path | None:
+    """The qualification suites: ``pytest_fabricqa/suites`` in an installed wheel, ``suites/`` beside the package
+    in a source checkout (the same folder, see setup.py); None when neither is there."""
+    package = Path(__file__).resolve().parent
+    for folder in (package / "suites", package.parent / "suites"):
+        if (folder / "__init__.py").is_file() and (folder / "test_prerequisites.py").is_file():
+            return folder
+    return None
 
 
 def _check_virtual_lab(config: pytest.Config, lab: LabModel) -> None:

@@ -1,0 +1,1 @@
+"""The qualification suites; installed as ``pytest_fabricqa.suites`` (see setup.py)."""
