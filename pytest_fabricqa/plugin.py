@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pytest_fabricqa.reporting import FabricqaReport, ReportPlugin
     from pytest_fabricqa.session import LabSession
     from pytest_fabricqa.transport.base import Host
+    from pytest_fabricqa.verdict import WriteGuard
     from pytest_fabricqa.workloads import Workload
 
 LAB_KEY = pytest.StashKey["LabModel | None"]()
@@ -102,6 +103,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "fabricqa_state_dir",
         "folder for the virtual lab's run state (pidfiles, keys, console logs); default: .fabricqa/ under rootdir",
     )
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Register pytest-fabricqa's hooks (:mod:`pytest_fabricqa.hooks`)."""
+    from pytest_fabricqa import hooks
+
+    pluginmanager.add_hookspecs(hooks)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_fabricqa_update_environment(lab: LabModel, lab_hosts: dict[str, Host], environment: dict[str, Any]) -> None:
+    """Kernel releases of every host; the model and firmware of the target's first NVMe backing device."""
+    from pytest_fabricqa.verdict import environment_probe
+
+    environment.update(environment_probe(lab, lab_hosts))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -482,6 +498,26 @@ def fabric(lab: LabModel, lab_hosts: dict[str, Host], protocol: str, pytestconfi
         yield connected
     finally:
         connected.teardown()
+
+
+@pytest.fixture(scope="session")
+def lab_environment(lab: LabModel, lab_hosts: dict[str, Host], pytestconfig: pytest.Config) -> dict[str, Any]:
+    """What the figures depend on besides the fabric, once per session: put it in each performance case as
+    ``extras["environment"]`` (with the case's ``fio_version``). Filled by every ``pytest_fabricqa_update_environment``
+    implementation: the plugin's (kernels, NVMe device model and firmware), then yours."""
+    environment: dict[str, Any] = {}
+    pytestconfig.hook.pytest_fabricqa_update_environment(lab=lab, lab_hosts=lab_hosts, environment=environment)
+    return environment
+
+
+@pytest.fixture(scope="session")
+def write_guard(lab: LabModel, lab_hosts: dict[str, Host]) -> WriteGuard:
+    """The data-safety guard for write workloads: call ``write_guard.before_writes(protocol, fabric.devices)``
+    before writing; it refuses (raises ``DeviceRefused``) a device holding an ASM header, a filesystem, LVM or a
+    partition table unless the lab allows it, and probes each device once per session."""
+    from pytest_fabricqa.verdict import WriteGuard
+
+    return WriteGuard(lab, lab_hosts)
 
 
 @pytest.fixture(scope="session")

@@ -24,10 +24,10 @@ from pytest_fabricqa.lab import LabModel
 from pytest_fabricqa.measure import MeasurePlan, Point, point_problems, run_point, write_logs
 from pytest_fabricqa.provision import Fabric
 from pytest_fabricqa.report import model as rm
-from pytest_fabricqa.safety_batch import GuardRequest, guard_hosts
 from pytest_fabricqa.scaling import efficiency_violations, scaling_points, subsets
 from pytest_fabricqa.thresholds import fabric_efficiency, link_utilisation, thresholds_for
 from pytest_fabricqa.transport.base import Host
+from pytest_fabricqa.verdict import WriteGuard
 from pytest_fabricqa.workloads import Workload, case_id
 
 pytestmark = pytest.mark.loads_target
@@ -38,32 +38,6 @@ def _devices(fabric: Fabric, initiator: str, workload: Workload) -> list[str]:
     if workload.writes:
         devices = [d for d in devices if d.writable]
     return [d.path for d in devices]
-
-
-# (protocol, initiator, device) already probed in this session: once the first write job passed the guard, the
-# plugin's own writes are all that can have landed there, so probing before every later write job is repeated cost
-# (about 4 s a workload on the virtual lab) with nothing new to find.
-_GUARDED: set[tuple[str, str, str]] = set()
-
-
-def _guard_writes(lab: LabModel, fabric: Fabric, lab_hosts: dict[str, Host]) -> None:
-    """Refuse to write to a device that carries an ASM header, a filesystem, LVM or a partition table: one probe
-    command per initiator, the initiators in parallel."""
-    target = lab.target_for(fabric.protocol)
-    requests: dict[str, list[GuardRequest]] = {}
-    for device in fabric.devices:
-        key = (fabric.protocol, device.initiator, device.path)
-        if not device.writable or not device.load or key in _GUARDED:
-            continue
-        requests.setdefault(device.initiator, []).append(
-            GuardRequest(
-                device.path,
-                (device.path,) if device.destructive_ok else (),
-                f"targets[kind={target.kind}].devices.{device.backing}.destructive_ok: true",
-            )
-        )
-    guard_hosts(lab_hosts, requests)
-    _GUARDED.update((fabric.protocol, host, r.device) for host, rs in requests.items() for r in rs)
 
 
 def _jobs(fabric: Fabric, servers: list[FioServer], workload: Workload) -> list[tuple[FioServer, list[str]]]:
@@ -83,27 +57,6 @@ def _point(
     point = run_point(lab_hosts[jobs[0][0].name], jobs, workload, plan, target=target_host, case=case)
     point.figures["link_utilisation"] = link_utilisation(point.figures["mbps"], lab.network.link_speed_gbps)
     return point
-
-
-@pytest.fixture(scope="session")
-def lab_environment(lab: LabModel, lab_hosts: dict[str, Host]) -> dict[str, Any]:
-    """Kernel releases of every host, and the model and firmware of the target's first NVMe backing device."""
-    kernels = {name: host.run(["uname", "-r"]).stdout.strip() for name, host in lab_hosts.items()}
-    env: dict[str, Any] = {"kernels": kernels}
-    for target in lab.targets:
-        if target.host is None:
-            continue
-        for device in target.devices.values():
-            name = device.path.rsplit("/", 1)[-1]
-            if not name.startswith("nvme"):
-                continue
-            sysfs = f"/sys/class/block/{name}/device"
-            out = lab_hosts[target.host].run(["cat", f"{sysfs}/model", f"{sysfs}/firmware_rev"], check=False)
-            lines = out.stdout.split("\n")
-            if out.ok and len(lines) >= 2:
-                env["device_model"], env["device_firmware"] = lines[0].strip(), lines[1].strip()
-                return env
-    return env
 
 
 def _case(request: pytest.FixtureRequest, protocol: str, workload: Workload, **fields: Any) -> rm.Case:
@@ -127,6 +80,7 @@ def test_fio(
     lab_hosts: dict[str, Host],
     target_host: Host | None,
     lab_environment: dict[str, Any],
+    write_guard: WriteGuard,
     fabricqa_report: Any,
     request: pytest.FixtureRequest,
 ) -> None:
@@ -139,7 +93,7 @@ def test_fio(
     if not jobs:
         pytest.skip(f"{protocol}: the lab marks no exported device writable, so {workload.name} does not run")
     if workload.writes:
-        _guard_writes(lab, fabric, lab_hosts)
+        write_guard.before_writes(protocol, fabric.devices)
     cid = case_id(protocol, workload)
     point = _point(lab, lab_hosts, jobs, workload, plan, target_host, cid)
     fabricqa_report.raw_path(cid).write_text(point.last.raw_output)
@@ -182,6 +136,7 @@ def test_scaling(
     fio_servers: list[FioServer],
     lab_hosts: dict[str, Host],
     target_host: Host | None,
+    write_guard: WriteGuard,
     fabricqa_report: Any,
     request: pytest.FixtureRequest,
 ) -> None:
@@ -195,7 +150,7 @@ def test_scaling(
     if len(jobs) < 2:
         pytest.skip(f"{protocol}: {workload.name} reaches {len(jobs)} initiator(s); scaling needs two or more")
     if workload.writes:
-        _guard_writes(lab, fabric, lab_hosts)
+        write_guard.before_writes(protocol, fabric.devices)
     cid = case_id(protocol, workload)
     steps = [
         (subset, _point(lab, lab_hosts, list(subset), workload, plan, target_host, cid)) for subset in subsets(jobs)

@@ -319,3 +319,29 @@ def test_a_second_session_on_a_lab_in_use_stops_at_once_with_one_line(pytester: 
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*took over the session lock of a session that is gone*"])
     assert not lock.exists(), "the session did not release its lock"
+
+
+def test_other_plugins_add_to_the_environment_through_the_hook(pytester: pytest.Pytester) -> None:
+    """The plugin's own probe runs first (kernels); a conftest's implementation adds an external array's
+    model and firmware, and the session's ``lab_environment`` holds both."""
+    pytester.makeconftest(
+        """
+        def pytest_fabricqa_update_environment(lab, lab_hosts, environment):
+            assert "kernels" in environment  # the plugin's probe ran before this one
+            environment["device_model"], environment["device_firmware"] = "PowerStore 500T", "3.6.1.0"
+        """
+    )
+    pytester.makepyfile(
+        """
+        import platform
+
+        def test_environment(lab_environment):
+            assert lab_environment == {
+                "kernels": {"localhost": platform.release()},
+                "device_model": "PowerStore 500T",
+                "device_firmware": "3.6.1.0",
+            }
+        """
+    )
+    result = pytester.runpytest_subprocess(f"--lab={LOCAL_LAB}", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)

@@ -7,7 +7,7 @@ the ``fdisk`` package; its bytes are copied onto the disk and the guest's kernel
 then runs :func:`guard` on it: refused, and allowed once allow-listed. In-use cases (mounted, a mounted partition,
 an LVM logical volume on top, swap) are refused even when allow-listed; a zeroed disk passes. The last case writes
 an ASM header onto both devices vstor exports (the workloads' RAM disk and the NVMe drive), connects nvme-tcp and
-runs the performance suite's own ``_guard_writes``, and the guard on every namespace of both initiators.
+runs the suites' write guard (``pytest_fabricqa.verdict.WriteGuard``), and the guard on every namespace of both initiators.
 
 The guard is read-only: around every run neither the kernel's count of sectors written to the device
 (/sys/class/block/NAME/stat, after a sync) nor the sha256 of the whole device changes. The hash is taken here,
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
 import os
 import struct
 import subprocess
@@ -28,7 +27,6 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from vlab_support import STATE
@@ -37,6 +35,7 @@ from pytest_fabricqa.lab import LabModel
 from pytest_fabricqa.provision import connect_fabric, leftovers
 from pytest_fabricqa.safety import DeviceRefused, guard, inspect
 from pytest_fabricqa.transport.base import Host
+from pytest_fabricqa.verdict import WriteGuard
 
 pytestmark = pytest.mark.vlab
 
@@ -389,23 +388,10 @@ def test_a_zeroed_device_passes(scratch: Host, images: dict[str, Path]) -> None:
     assert _snapshot(scratch, SCRATCH, images[SCRATCH]) == before, "the guard changed the device"
 
 
-def _suite_guard_writes() -> Callable[..., None]:
-    """The performance suite's own ``_guard_writes``, loaded from its file (suites/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(
-        "_fabricqa_suite_performance", ROOT / "suites" / "test_performance.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    guard_writes: Callable[..., None] = module._guard_writes
-    return guard_writes
-
-
 def test_an_asm_header_on_the_backing_devices_is_refused_on_every_initiator_across_nvme_tcp(
     vlab: tuple[LabModel, dict[str, Host], dict[str, str]], vstor: Host, images: dict[str, Path]
 ) -> None:
     lab, hosts, _ = vlab
-    guard_writes = _suite_guard_writes()
     try:
         for backing in BACKING.values():  # before the fabric exists: the header must travel across it
             _write(vstor, backing, 0, _asm_header())
@@ -420,9 +406,9 @@ def test_an_asm_header_on_the_backing_devices_is_refused_on_every_initiator_acro
             # initiator's own written-sector count (reading 1.5 GiB back across the emulated fabric would be slow).
             initiators_before = {d: _snapshot(hosts[d.initiator], d.path) for d in fabric.devices}
 
-            # The suite's path: it guards the devices the workloads write to (ram0) and stops at the first.
+            # The suites' path (the write_guard fixture): it guards the devices the workloads write to (ram0).
             with pytest.raises(DeviceRefused) as refused:
-                guard_writes(lab, fabric, hosts)
+                WriteGuard(lab, hosts).before_writes(fabric.protocol, fabric.devices)
             message = str(refused.value)
             assert message.startswith(f"{refused.value.refusal.host}: refusing to let a write job touch /dev/nvme")
             assert f"ORCLDISK) in block 0 at byte 0x20 {ASM_FOUND}" in message
@@ -437,10 +423,9 @@ def test_an_asm_header_on_the_backing_devices_is_refused_on_every_initiator_acro
                 assert message.endswith(f"set {_suite_key(device.backing)} in the lab file.")
 
             # Allow-listed in the lab (destructive_ok, as the suite reads it from the devices): the suite goes on.
-            allowed = SimpleNamespace(
-                protocol=fabric.protocol, devices=[replace(d, destructive_ok=True) for d in fabric.devices]
+            WriteGuard(lab, hosts).before_writes(
+                fabric.protocol, [replace(d, destructive_ok=True) for d in fabric.devices]
             )
-            guard_writes(lab, allowed, hosts)
 
             for path, before in backing_before.items():
                 assert _backing_snapshot(vstor, path, images) == before, f"the guard changed {path} on vstor"

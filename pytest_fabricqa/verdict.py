@@ -1,0 +1,73 @@
+"""What a performance suite needs besides running fio, as plain functions and objects any suite can call.
+
+- :class:`WriteGuard`: the data-safety guard before write workloads, once per protocol, initiator and device in a
+  session (the ``write_guard`` fixture holds the session's one).
+- :func:`environment_probe`: kernel releases of every host and the model and firmware of the target's first NVMe
+  backing device (the plugin's own ``pytest_fabricqa_update_environment`` hook implementation).
+
+No pytest here: the fixtures in plugin.py are thin wrappers around these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pytest_fabricqa.initiators.connect import FabricDevice
+from pytest_fabricqa.lab import LabModel
+from pytest_fabricqa.safety_batch import GuardRequest, guard_hosts
+from pytest_fabricqa.transport.base import Host
+
+
+class WriteGuard:
+    """Refuses a write workload on a device that carries an ASM header, a filesystem, LVM or a partition table.
+
+    Each (protocol, initiator, device) is probed once per session: once the first write job passed the guard, the
+    plugin's own writes are all that can have landed there, so probing before every later write job is repeated
+    cost (about 4 s a workload on the virtual lab) with nothing new to find. One probe command per initiator, the
+    initiators in parallel; every refusal raises :class:`pytest_fabricqa.safety.DeviceRefused`.
+    """
+
+    def __init__(self, lab: LabModel, hosts: Mapping[str, Host]) -> None:
+        self.lab = lab
+        self.hosts = hosts
+        self.guarded: set[tuple[str, str, str]] = set()
+        """(protocol, initiator, device path) that passed the guard in this session."""
+
+    def before_writes(self, protocol: str, devices: Iterable[FabricDevice]) -> None:
+        """Probe the writable, loaded ``devices`` of ``protocol`` not probed yet; raise on the first refusal."""
+        target = self.lab.target_for(protocol)
+        requests: dict[str, list[GuardRequest]] = {}
+        for device in devices:
+            key = (protocol, device.initiator, device.path)
+            if not device.writable or not device.load or key in self.guarded:
+                continue
+            requests.setdefault(device.initiator, []).append(
+                GuardRequest(
+                    device.path,
+                    (device.path,) if device.destructive_ok else (),
+                    f"targets[kind={target.kind}].devices.{device.backing}.destructive_ok: true",
+                )
+            )
+        guard_hosts(self.hosts, requests)
+        self.guarded.update((protocol, host, r.device) for host, rs in requests.items() for r in rs)
+
+
+def environment_probe(lab: LabModel, hosts: Mapping[str, Host]) -> dict[str, Any]:
+    """Kernel releases of every host, and the model and firmware of the target's first NVMe backing device."""
+    kernels = {name: host.run(["uname", "-r"]).stdout.strip() for name, host in hosts.items()}
+    env: dict[str, Any] = {"kernels": kernels}
+    for target in lab.targets:
+        if target.host is None:
+            continue
+        for device in target.devices.values():
+            name = device.path.rsplit("/", 1)[-1]
+            if not name.startswith("nvme"):
+                continue
+            sysfs = f"/sys/class/block/{name}/device"
+            out = hosts[target.host].run(["cat", f"{sysfs}/model", f"{sysfs}/firmware_rev"], check=False)
+            lines = out.stdout.split("\n")
+            if out.ok and len(lines) >= 2:
+                env["device_model"], env["device_firmware"] = lines[0].strip(), lines[1].strip()
+                return env
+    return env
