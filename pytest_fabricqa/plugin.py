@@ -404,6 +404,8 @@ def fabricqa_report(lab: LabModel, pytestconfig: pytest.Config) -> FabricqaRepor
     - ``record(case, request) -> Case``: attach a ``pytest_fabricqa.report.model.Case`` to this test
       (pass the test's ``request``); fills ``case.regression`` when left None; the test's outcome
       decides the verdict in the report; figures become JUnit properties.
+    - ``gate(case, request) -> list[str]``: record the case and return its threshold violations and its
+      regressions against the baseline; ``assert not problems, "\\n".join(problems)``.
     - ``regressions(case) -> RegressionInfo | None``: compare with the baseline for the case's
       protocol (tolerances: defaults < lab file ``tolerances`` < --tolerance); fail the test with
       ``info.messages`` when there are any.

@@ -149,6 +149,16 @@ class FabricqaReport:
             return None
         return compare_case(case, found[1], self._plugin.tolerances)
 
+    def gate(self, case: Case, request: pytest.FixtureRequest | pytest.Item) -> list[str]:
+        """Record ``case`` (compared with the baseline) and return everything that fails it: its threshold
+        violations, then every figure beyond its tolerance of the baseline. End the test with
+        ``assert not problems, "\\n".join(problems)`` so the case fails with all of them at once."""
+        recorded = self.record(case, request)
+        problems = list(recorded.violations)
+        if recorded.regression is not None:
+            problems.extend(recorded.regression.messages)
+        return problems
+
     def record(self, case: Case, request: pytest.FixtureRequest | pytest.Item) -> Case:
         """Attach ``case`` to the running test (pass the test's ``request``); returns the case as recorded.
 

@@ -2,6 +2,8 @@
 
 - :class:`WriteGuard`: the data-safety guard before write workloads, once per protocol, initiator and device in a
   session (the ``write_guard`` fixture holds the session's one).
+- :func:`performance_case`: a performance case for the report, from its figures and the lab's limits, every
+  threshold it breaks listed (the ``fabricqa_report`` fixture's ``gate`` then adds the baseline comparison).
 - :func:`environment_probe`: kernel releases of every host and the model and firmware of the target's first NVMe
   backing device (the plugin's own ``pytest_fabricqa_update_environment`` hook implementation).
 
@@ -15,8 +17,11 @@ from typing import Any
 
 from pytest_fabricqa.initiators.connect import FabricDevice
 from pytest_fabricqa.lab import LabModel
+from pytest_fabricqa.report.model import Case
 from pytest_fabricqa.safety_batch import GuardRequest, guard_hosts
+from pytest_fabricqa.thresholds import thresholds_for, violations
 from pytest_fabricqa.transport.base import Host
+from pytest_fabricqa.workloads import Workload, case_id
 
 
 class WriteGuard:
@@ -51,6 +56,37 @@ class WriteGuard:
             )
         guard_hosts(self.hosts, requests)
         self.guarded.update((protocol, host, r.device) for host, rs in requests.items() for r in rs)
+
+
+def performance_case(
+    nodeid: str,
+    lab: LabModel,
+    protocol: str,
+    workload: Workload,
+    figures: Mapping[str, float],
+    *,
+    problems: Iterable[str] | None = None,
+    **fields: Any,
+) -> Case:
+    """The report's case for ``workload`` over ``protocol``: its figures, the lab's limits for it, and as
+    violations ``problems`` when the suite checked the limits itself (with a spread, say), else every limit the
+    figures break. ``fields`` are the other :class:`~pytest_fabricqa.report.model.Case` fields (``hosts``,
+    ``extras``, ``randseeds``, ...). The verdict is "passed" until the test's outcome says otherwise.
+    """
+    limits = thresholds_for(lab.thresholds_table(), protocol, workload.name)
+    found = violations(figures, limits, label=workload.name) if problems is None else list(problems)
+    return Case(
+        nodeid=nodeid,
+        case_id=case_id(protocol, workload),
+        suite="performance",
+        verdict="passed",
+        protocol=protocol,
+        workload=workload,
+        figures=dict(figures),
+        thresholds=limits.limits(),
+        violations=tuple(found),
+        **fields,
+    )
 
 
 def environment_probe(lab: LabModel, hosts: Mapping[str, Host]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from pytest_fabricqa.report import model as rm
 from pytest_fabricqa.scaling import efficiency_violations, scaling_points, subsets
 from pytest_fabricqa.thresholds import fabric_efficiency, link_utilisation, thresholds_for
 from pytest_fabricqa.transport.base import Host
-from pytest_fabricqa.verdict import WriteGuard
+from pytest_fabricqa.verdict import WriteGuard, performance_case
 from pytest_fabricqa.workloads import Workload, case_id
 
 pytestmark = pytest.mark.loads_target
@@ -57,18 +57,6 @@ def _point(
     point = run_point(lab_hosts[jobs[0][0].name], jobs, workload, plan, target=target_host, case=case)
     point.figures["link_utilisation"] = link_utilisation(point.figures["mbps"], lab.network.link_speed_gbps)
     return point
-
-
-def _case(request: pytest.FixtureRequest, protocol: str, workload: Workload, **fields: Any) -> rm.Case:
-    return rm.Case(
-        nodeid=request.node.nodeid,
-        case_id=case_id(protocol, workload),
-        suite="performance",
-        verdict="passed",
-        protocol=protocol,
-        workload=workload,
-        **fields,
-    )
 
 
 def test_fio(
@@ -107,24 +95,20 @@ def test_fio(
         extras["timeseries_files"] = [str(p.relative_to(fabricqa_report.raw_dir.parent)) for p in kept]
 
     limits = thresholds_for(lab.thresholds_table(), protocol, workload.name)
-    problems = point_problems(point, limits, label=workload.name)
-    case = _case(
-        request,
+    case = performance_case(
+        request.node.nodeid,
+        lab,
         protocol,
         workload,
-        figures=point.figures,
+        point.figures,
+        problems=point_problems(point, limits, label=workload.name),
         hosts=point.hosts,
-        thresholds=limits.limits(),
-        violations=tuple(problems),
         extras=extras,
         randseeds=point.randseeds,
         queues=fabric.queues,
         start_offsets_ms=start_offsets(point.last),
     )
-    regression = fabricqa_report.regressions(case)
-    fabricqa_report.record(replace(case, regression=regression), request)
-    if regression is not None:
-        problems.extend(regression.messages)
+    problems = fabricqa_report.gate(case, request)
     assert not problems, "\n".join(problems)
 
 
@@ -167,22 +151,18 @@ def test_scaling(
     figures = dict(last.figures)
     if points[-1].efficiency is not None:
         figures["scaling_efficiency"] = points[-1].efficiency
-    case = _case(
-        request,
+    case = performance_case(
+        request.node.nodeid,
+        lab,
         protocol,
         workload,
-        figures=figures,
+        figures,
+        problems=problems,
         hosts=last.hosts,
-        thresholds=limits.limits(),
-        violations=tuple(problems),
         extras={"scaling": [p.to_dict() for p in points], "spread": last.extras()["spread"]},
         randseeds=last.randseeds,
     )
-    case = replace(case, case_id=f"{case.case_id}-scaling")
-    regression = fabricqa_report.regressions(case)
-    fabricqa_report.record(replace(case, regression=regression), request)
-    if regression is not None:
-        problems.extend(regression.messages)
+    problems = fabricqa_report.gate(replace(case, case_id=f"{case.case_id}-scaling"), request)
     assert not problems, "\n".join(problems)
 
 
@@ -214,13 +194,16 @@ def test_fabric_efficiency(
         problems.append(
             f"fabric/local IOPS ratio {ratio:.2f} is not plausible (local {local_figures['iops']:,.0f} IOPS)"
         )
-    case = _case(
-        request,
-        protocol,
-        workload,
+    case = rm.Case(
+        nodeid=request.node.nodeid,
+        case_id=f"{case_id(protocol, workload)}-fabric-efficiency",
+        suite="performance",
+        verdict="passed",
+        protocol=protocol,
+        workload=workload,
         figures={**fabric_figures, "fabric_efficiency": ratio},
         hosts={device.initiator: fabric_figures, f"{target_host.name} (local)": local_figures},
         violations=tuple(problems),
     )
-    fabricqa_report.record(replace(case, case_id=f"{case.case_id}-fabric-efficiency"), request)
+    fabricqa_report.record(case, request)
     assert not problems, problems[0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+import platform
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from pathlib import Path
@@ -64,6 +65,7 @@ def pytest_configure(config):
 # What a performance suite does with the fixture (the contract the real suites follow).
 PERF_TESTS = f"""
 import json
+import platform
 from dataclasses import replace
 from pathlib import Path
 
@@ -570,3 +572,51 @@ def test_flat_properties_for_junit() -> None:
         ("iops", 1234.568),
         ("el72h1_rac_.iops", 1.0),
     ]
+
+
+# The example of README's "Writing your own suite", on a recorded fio run instead of a live one.
+USER_SUITE = f"""
+from pathlib import Path
+
+import pytest
+
+from pytest_fabricqa.fio.figures import figures
+from pytest_fabricqa.fio.parse import parse_fio_output
+from pytest_fabricqa.verdict import performance_case
+from pytest_fabricqa.workloads import Workload
+
+RANDREAD = Workload("randread-8k-j2-qd16", "randread", "8k", numjobs=2, iodepth=16, runtime=3)
+
+
+@pytest.mark.loads_target
+def test_my_array(lab, protocol, lab_environment, fabricqa_report, request):
+    # On a lab: result = run_fio(lab_hosts[device.initiator], RANDREAD, [device.path]) for a device of `fabric`
+    result = parse_fio_output((Path({str(FIO_DATA)!r}) / "randread-8k-grouped.out").read_text())
+    case = performance_case(
+        request.node.nodeid, lab, protocol, RANDREAD, figures(result),
+        extras={{"environment": {{**lab_environment, "fio_version": result.fio_version}}}},
+    )
+    problems = fabricqa_report.gate(case, request)
+    assert not problems, "\\n".join(problems)
+"""
+
+
+@pytest.mark.parametrize(("min_iops", "verdict"), [(1000, "passed"), (10**9, "failed")])
+def test_a_user_suite_gets_a_gated_reported_case(pytester: pytest.Pytester, min_iops: int, verdict: str) -> None:
+    lab = pytester.path / "mylab.yaml"
+    lab.write_text(LOCAL_LAB.read_text() + f"thresholds:\n  '*':\n    randread-8k-*: {{min_iops: {min_iops}}}\n")
+    pytester.makepyfile(test_my_array=USER_SUITE)
+    result = pytester.runpytest_subprocess(f"--lab={lab}", "-p", "no:cacheprovider")
+    result.assert_outcomes(**{verdict: 1})
+    (case,) = load_json(pytester.path / "fabricqa-report" / "results.json").cases
+    assert case.case_id == "nvme-tcp-randread-8k-j2-qd16" and case.verdict == verdict
+    assert case.figures["iops"] == pytest.approx(expected_figures("randread-8k-grouped")["iops"])
+    assert case.thresholds == {"min_iops": min_iops}
+    assert run_kernels(pytester) == {"localhost": platform.release()}
+    if verdict == "failed":
+        assert case.violations and "randread-8k-j2-qd16: " in case.violations[0]
+        result.stdout.fnmatch_lines(["*randread-8k-j2-qd16: * IOPS is below the minimum of 1,000,000,000 IOPS*"])
+
+
+def run_kernels(pytester: pytest.Pytester) -> dict[str, str]:
+    return load_json(pytester.path / "fabricqa-report" / "results.json").environment.kernels
