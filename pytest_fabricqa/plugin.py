@@ -503,6 +503,20 @@ def fabric(lab: LabModel, lab_hosts: dict[str, Host], protocol: str, pytestconfi
 
 
 @pytest.fixture(scope="session")
+def measure_plan(lab: LabModel, pytestconfig: pytest.Config) -> MeasurePlan:
+    """How each workload is measured, from the lab file and --fio-samples: samples per point, time series,
+    steady state, the spread limit (``pytest_fabricqa.measure.MeasurePlan``; pass it to ``run_point``)."""
+    return pytestconfig.stash[MEASURE_KEY]
+
+
+@pytest.fixture(scope="session")
+def lab_workloads(lab: LabModel, pytestconfig: pytest.Config) -> list[Workload]:
+    """Every workload selected for this run, in order (what ``workload`` parametrizes over)."""
+    selected: list[Workload] = pytestconfig.stash[WORKLOADS_KEY]
+    return list(selected)
+
+
+@pytest.fixture(scope="session")
 def lab_environment(lab: LabModel, lab_hosts: dict[str, Host], pytestconfig: pytest.Config) -> dict[str, Any]:
     """What the figures depend on besides the fabric, once per session: put it in each performance case as
     ``extras["environment"]`` (with the case's ``fio_version``). Filled by every ``pytest_fabricqa_update_environment``

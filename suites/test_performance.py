@@ -70,13 +70,12 @@ def test_fio(
     lab_environment: dict[str, Any],
     write_guard: WriteGuard,
     fabricqa_report: Any,
+    measure_plan: MeasurePlan,
     request: pytest.FixtureRequest,
 ) -> None:
     """One workload from every initiator at once (k samples, time series as the lab says); thresholds and the
     spread limit from the lab file; regressions against the baseline fail the case itself."""
-    from pytest_fabricqa.plugin import MEASURE_KEY
-
-    plan: MeasurePlan = request.config.stash[MEASURE_KEY]
+    plan = measure_plan
     jobs = _jobs(fabric, fio_servers, workload)
     if not jobs:
         pytest.skip(f"{protocol}: the lab marks no exported device writable, so {workload.name} does not run")
@@ -122,14 +121,13 @@ def test_scaling(
     target_host: Host | None,
     write_guard: WriteGuard,
     fabricqa_report: Any,
+    measure_plan: MeasurePlan,
     request: pytest.FixtureRequest,
 ) -> None:
     """Seed 003: the workload from the first 1, 2, ... N initiators (lab-file order); IOPS, latency and the
     scaling efficiency IOPS(n) / (n x IOPS(1)) per step, gated by the lab's ``min_scaling_efficiency``."""
-    from pytest_fabricqa.plugin import MEASURE_KEY
-
     workload = scaling_workload
-    plan: MeasurePlan = replace(request.config.stash[MEASURE_KEY], series=None)
+    plan = replace(measure_plan, series=None)
     jobs = _jobs(fabric, fio_servers, workload)
     if len(jobs) < 2:
         pytest.skip(f"{protocol}: {workload.name} reaches {len(jobs)} initiator(s); scaling needs two or more")
@@ -173,15 +171,14 @@ def test_fabric_efficiency(
     lab_hosts: dict[str, Host],
     target_host: Host | None,
     fabricqa_report: Any,
+    lab_workloads: list[Workload],
     request: pytest.FixtureRequest,
 ) -> None:
     """The first read workload on the target's own device and through the fabric, as a ratio (seed 000 found
     NVMe-oF at local-device speed). Recorded as a figure; a ratio above 1.05 means the measurement is wrong."""
     if target_host is None:
         pytest.skip(f"{protocol}: an external target has no local device to compare with")
-    from pytest_fabricqa.plugin import WORKLOADS_KEY
-
-    workload = next(w for w in request.config.stash[WORKLOADS_KEY] if not w.writes)
+    workload = next(w for w in lab_workloads if not w.writes)
     device = fabric.devices[0]
     target = lab.target_for(protocol)
     local_path = target.devices[device.backing].path

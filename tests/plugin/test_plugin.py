@@ -345,3 +345,16 @@ def test_other_plugins_add_to_the_environment_through_the_hook(pytester: pytest.
     )
     result = pytester.runpytest_subprocess(f"--lab={LOCAL_LAB}", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
+
+
+def test_suites_read_the_measuring_plan_and_workloads_through_fixtures(pytester: pytest.Pytester) -> None:
+    """What the shipped suites need from the run's configuration comes through fixtures, not the plugin's stash."""
+    pytester.makepyfile(
+        """
+        def test_plan(measure_plan, lab_workloads, workload):
+            assert measure_plan.sampling.samples == 3
+            assert workload in lab_workloads and len(lab_workloads) > 1
+        """
+    )
+    result = pytester.runpytest_subprocess(f"--lab={LOCAL_LAB}", "--fio-samples=3", "-p", "no:cacheprovider", "-q")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
