@@ -13,10 +13,12 @@ import math
 import os
 import secrets
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
+from typing import Annotated, Any, Literal, cast, get_args
+
+from pydantic import Field, PlainSerializer, PlainValidator, Strict, TypeAdapter, ValidationError
 
 from pytest_fabricqa.errors import UserError
 from pytest_fabricqa.metrics import METRICS
@@ -29,8 +31,26 @@ SuiteKind = Literal["prerequisite", "connectivity", "performance", "oracle"]
 VERDICTS: tuple[str, ...] = get_args(Verdict)
 SUITE_KINDS: tuple[str, ...] = get_args(SuiteKind)
 
-Figures = dict[str, float]
+Number = Annotated[float, Strict()]
+"""A number in a results file: an integer or a float, never a string or a boolean."""
+Figures = dict[str, Number]
 """Metric name (one of :data:`METRICS`) to value; a metric fio did not report is absent, not zero."""
+Timestamp = Annotated[datetime, PlainSerializer(datetime.isoformat, return_type=str)]
+"""Written as Python's ``isoformat`` (``+00:00``, not pydantic's ``Z``), as every results file has been."""
+
+
+def _workload(value: object) -> Workload:
+    if isinstance(value, Workload):
+        return value
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected an object, found {value!r}")
+    return Workload.from_dict(value, "")
+
+
+# The workload keeps its own JSON form (runtime_s, options), defined once in workloads.py.
+WorkloadField = Annotated[Workload, PlainValidator(_workload), PlainSerializer(Workload.to_dict)]
+WhenSet = Field(exclude_if=lambda value: not value)
+"""Written only when known, so files from before these were recorded read and rewrite byte for byte."""
 
 
 class ResultsFileError(UserError):
@@ -66,7 +86,7 @@ class RegressionInfo:
 
     baseline_case_id: str
     baseline_figures: Figures
-    tolerances: dict[str, float]
+    tolerances: dict[str, Number]
     """Percent per metric, as applied."""
     messages: tuple[str, ...] = ()
     """One sentence per metric beyond its tolerance; empty when the case is within the baseline."""
@@ -78,16 +98,17 @@ class Case:
 
     nodeid: str
     case_id: str
+    _: KW_ONLY
     suite: SuiteKind
-    verdict: Verdict
     protocol: str | None = None
     """``None`` for lab-wide cases (a prerequisite that holds for every protocol)."""
-    workload: Workload | None = None
-    hosts: dict[str, Figures] = field(default_factory=dict)
-    """Figures per initiator host, for runs from several hosts at once."""
+    verdict: Verdict
+    workload: WorkloadField | None = None
     figures: Figures = field(default_factory=dict)
     """Aggregate figures over all hosts (IOPS and MB/s summed; latency and CPU as the plugin folds them)."""
-    thresholds: dict[str, float] = field(default_factory=dict)
+    hosts: dict[str, Figures] = field(default_factory=dict)
+    """Figures per initiator host, for runs from several hosts at once."""
+    thresholds: dict[str, Number] = field(default_factory=dict)
     """Limits applied, by the lab's threshold keys (``min_iops``, ``max_p99_us``: :data:`pytest_fabricqa.metrics.THRESHOLD_KEYS`)."""
     violations: tuple[str, ...] = ()
     regression: RegressionInfo | None = None
@@ -95,13 +116,13 @@ class Case:
     checks: tuple[Check, ...] = ()
     extras: dict[str, Any] = field(default_factory=dict)
     """JSON-compatible free-form data, e.g. ``{"calibrate_io": {"max_iops": ..., "max_mbps": ...}}``."""
-    randseeds: dict[str, int] = field(default_factory=dict)
+    randseeds: Annotated[dict[str, int], WhenSet] = field(default_factory=dict)
     """fio's ``randseed`` per initiator host, as fio reported it back; distinct per host (see fio/command.py)."""
-    queues: dict[str, dict[str, int]] = field(default_factory=dict)
+    queues: Annotated[dict[str, dict[str, int]], WhenSet] = field(default_factory=dict)
     """The queue settings that shaped the figures, per host, as read from the hosts: open-iscsi's
     ``node.session.queue_depth``/``node.session.cmds_max`` and NVMe-oF's ``nr_io_queues``/``queue_size`` on the
     initiators, LIO's ``default_cmdsn_depth`` on the target (:mod:`pytest_fabricqa.queues`)."""
-    start_offsets_ms: dict[str, float] = field(default_factory=dict)
+    start_offsets_ms: Annotated[dict[str, Number], WhenSet] = field(default_factory=dict)
     """How long after the first host each host's fio jobs started, in ms (fio's ``job_start``, fio >= 3.36, on
     each host's own clock); empty when fio did not report it."""
 
@@ -141,8 +162,8 @@ class BaselineUse:
 
     path: str
     lab: str
-    started: datetime
-    tolerances: dict[str, float]
+    started: Timestamp
+    tolerances: dict[str, Number]
     environment_mismatch: tuple[str, ...] = ()
 
 
@@ -153,13 +174,13 @@ class Run:
     lab: str
     protocols: tuple[str, ...]
     target_kind: str
-    started: datetime
-    finished: datetime
+    started: Timestamp
+    finished: Timestamp
     environment: Environment = field(default_factory=Environment)
-    cases: tuple[Case, ...] = ()
     baseline: BaselineUse | None = None
     extras: dict[str, Any] = field(default_factory=dict)
     """JSON-compatible free-form data, e.g. ``{"oracle_not_exercised": "the lab declares no database"}``."""
+    cases: tuple[Case, ...] = ()
 
     def cases_for(self, protocol: str | None, suite: SuiteKind | None = None) -> list[Case]:
         """The cases of one protocol (``None``: lab-wide cases), optionally of one suite kind."""
@@ -182,274 +203,61 @@ def overall_verdict(verdicts: Iterable[str]) -> str:
 
 
 # --- JSON form -------------------------------------------------------------------------------------------
+# One generic converter: pydantic reads and writes the dataclasses above from their annotations, so a field
+# added to a class is in the JSON form with nothing else to change. The field order of each class is the key
+# order of the file.
 
 
-def _time(value: datetime) -> str:
-    return value.isoformat()
+def _adapter(kind: type) -> TypeAdapter[Any]:
+    return TypeAdapter(kind)
+
+
+_RUN = _adapter(Run)
+_CASE = _adapter(Case)
+
+
+def _where(error: ValidationError, root: str) -> str:
+    """The first problem pydantic found, as one line naming the key path: ``results.cases[0].figures.iops: ...``."""
+    first = error.errors(include_url=False)[0]
+    path = root
+    for part in first["loc"]:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    message = first["msg"].removeprefix("Value error, ")
+    if message.startswith("."):  # Workload.from_dict names the key below the workload itself
+        return path + message
+    if first["type"] == "missing":
+        return f"{path.rsplit('.', 1)[0]}: missing key {path.rsplit('.', 1)[1]!r}"
+    return f"{path}: {message}" + ("" if first["type"] == "value_error" else f", found {first['input']!r}")
 
 
 def run_to_dict(run: Run) -> dict[str, Any]:
     """The JSON-compatible form of a run, with the schema version first."""
-    env = run.environment
-    out: dict[str, Any] = {
-        "schema": SCHEMA,
-        "lab": run.lab,
-        "protocols": list(run.protocols),
-        "target_kind": run.target_kind,
-        "started": _time(run.started),
-        "finished": _time(run.finished),
-        "environment": {
-            "fio_version": env.fio_version,
-            "kernels": dict(env.kernels),
-            "device_model": env.device_model,
-            "device_firmware": env.device_firmware,
-            "plugin_version": env.plugin_version,
-            "git_commit": env.git_commit,
-            "python_version": env.python_version,
-            "pytest_version": env.pytest_version,
-        },
-        "baseline": None,
-        "extras": run.extras,
-        "cases": [case_to_dict(c) for c in run.cases],
-    }
-    if run.baseline is not None:
-        b = run.baseline
-        out["baseline"] = {
-            "path": b.path,
-            "lab": b.lab,
-            "started": _time(b.started),
-            "tolerances": dict(b.tolerances),
-            "environment_mismatch": list(b.environment_mismatch),
-        }
-    return out
+    return {"schema": SCHEMA, **_RUN.dump_python(run, mode="json")}
 
 
 def case_to_dict(case: Case) -> dict[str, Any]:
     """The JSON-compatible form of one case (as it appears under ``cases`` in a results file)."""
-    w = case.workload
-    r = case.regression
-    return {
-        "nodeid": case.nodeid,
-        "case_id": case.case_id,
-        "suite": case.suite,
-        "protocol": case.protocol,
-        "verdict": case.verdict,
-        "workload": None if w is None else w.to_dict(),
-        "figures": dict(case.figures),
-        "hosts": {h: dict(f) for h, f in case.hosts.items()},
-        "thresholds": dict(case.thresholds),
-        "violations": list(case.violations),
-        "regression": None
-        if r is None
-        else {
-            "baseline_case_id": r.baseline_case_id,
-            "baseline_figures": dict(r.baseline_figures),
-            "tolerances": dict(r.tolerances),
-            "messages": list(r.messages),
-        },
-        "raw_fio_json": case.raw_fio_json,
-        "checks": [{"name": c.name, "verdict": c.verdict, "detail": c.detail} for c in case.checks],
-        "extras": case.extras,
-        # Written only when known, so files from before these were recorded read and rewrite byte for byte.
-        **({"randseeds": dict(case.randseeds)} if case.randseeds else {}),
-        **({"queues": {h: dict(q) for h, q in case.queues.items()}} if case.queues else {}),
-        **({"start_offsets_ms": dict(case.start_offsets_ms)} if case.start_offsets_ms else {}),
-    }
-
-
-_KIND_NAMES: dict[type, str] = {str: "a string", int: "an integer"}
-
-
-class _Reader:
-    """Typed access to one JSON object, with errors that name the key path."""
-
-    def __init__(self, data: object, where: str) -> None:
-        if not isinstance(data, dict):
-            raise ValueError(f"{where}: expected an object, found {type(data).__name__}")
-        self.data: dict[str, Any] = data
-        self.where = where
-
-    def _get(self, key: str, required: bool) -> Any:
-        if key not in self.data:
-            if required:
-                raise ValueError(f"{self.where}: missing key {key!r}")
-            return None
-        return self.data[key]
-
-    def _typed(self, key: str, kind: type, required: bool) -> Any:
-        value = self._get(key, required)
-        if value is None and not required:
-            return None
-        if isinstance(value, bool) or not isinstance(value, kind):
-            raise ValueError(f"{self.where}.{key}: expected {_KIND_NAMES[kind]}, found {value!r}")
-        return value
-
-    def text(self, key: str) -> str:
-        return cast(str, self._typed(key, str, True))
-
-    def opt_text(self, key: str) -> str | None:
-        return cast("str | None", self._typed(key, str, False))
-
-    def opt_integer(self, key: str) -> int | None:
-        return cast("int | None", self._typed(key, int, False))
-
-    def integer(self, key: str) -> int:
-        return cast(int, self._typed(key, int, True))
-
-    def timestamp(self, key: str) -> datetime:
-        text = self.text(key)
-        try:
-            return datetime.fromisoformat(text)
-        except ValueError:
-            raise ValueError(f"{self.where}.{key}: {text!r} is not an ISO 8601 timestamp") from None
-
-    def obj(self, key: str) -> _Reader | None:
-        value = self._get(key, False)
-        return None if value is None else _Reader(value, f"{self.where}.{key}")
-
-    def mapping(self, key: str) -> dict[str, Any]:
-        value = self._get(key, False)
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise ValueError(f"{self.where}.{key}: expected an object, found {value!r}")
-        return value
-
-    def items(self, key: str) -> list[Any]:
-        value = self._get(key, False)
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            raise ValueError(f"{self.where}.{key}: expected a list, found {value!r}")
-        return value
-
-    def texts(self, key: str) -> tuple[str, ...]:
-        items = self.items(key)
-        for i, item in enumerate(items):
-            if not isinstance(item, str):
-                raise ValueError(f"{self.where}.{key}[{i}]: expected a string, found {item!r}")
-        return tuple(items)
-
-    def numbers(self, key: str) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for name, value in self.mapping(key).items():
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(f"{self.where}.{key}.{name}: {value!r} is not a number")
-            out[name] = float(value)
-        return out
-
-    def integers(self, key: str) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for name, value in self.mapping(key).items():
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"{self.where}.{key}.{name}: {value!r} is not an integer")
-            out[name] = value
-        return out
-
-    def figures(self, key: str) -> Figures:
-        figures = self.numbers(key)
-        check_figures(figures, f"{self.where}.{key}")
-        return figures
+    return cast(dict[str, Any], _CASE.dump_python(case, mode="json"))
 
 
 def run_from_dict(data: object) -> Run:
     """Build a run from its JSON form; ``ValueError`` names the first key that is missing or malformed."""
-    top = _Reader(data, "results")
-    schema = top._get("schema", False)
-    if schema != SCHEMA:
-        raise ValueError(f"schema is {schema!r}, this plugin reads {SCHEMA!r}")
-    env = top.obj("environment") or _Reader({}, "results.environment")
-    kernels = env.mapping("kernels")
-    for host, release in kernels.items():
-        if not isinstance(release, str):
-            raise ValueError(f"results.environment.kernels.{host}: expected a string, found {release!r}")
-    baseline = None
-    b = top.obj("baseline")
-    if b is not None:
-        baseline = BaselineUse(
-            path=b.text("path"),
-            lab=b.text("lab"),
-            started=b.timestamp("started"),
-            tolerances=b.numbers("tolerances"),
-            environment_mismatch=b.texts("environment_mismatch"),
-        )
-    cases = tuple(_case_from_reader(_Reader(c, f"results.cases[{i}]")) for i, c in enumerate(top.items("cases")))
-    return Run(
-        lab=top.text("lab"),
-        protocols=top.texts("protocols"),
-        target_kind=top.text("target_kind"),
-        started=top.timestamp("started"),
-        finished=top.timestamp("finished"),
-        environment=Environment(
-            fio_version=env.opt_text("fio_version"),
-            kernels=cast(dict[str, str], kernels),
-            device_model=env.opt_text("device_model"),
-            device_firmware=env.opt_text("device_firmware"),
-            plugin_version=env.opt_text("plugin_version"),
-            git_commit=env.opt_text("git_commit"),
-            python_version=env.opt_text("python_version"),
-            pytest_version=env.opt_text("pytest_version"),
-        ),
-        cases=cases,
-        baseline=baseline,
-        extras=top.mapping("extras"),
-    )
+    if not isinstance(data, dict):
+        raise ValueError(f"results: expected an object, found {type(data).__name__}")
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"schema is {data.get('schema')!r}, this plugin reads {SCHEMA!r}")
+    try:
+        return cast(Run, _RUN.validate_python({k: v for k, v in data.items() if k != "schema"}))
+    except ValidationError as exc:
+        raise ValueError(_where(exc, "results")) from None
 
 
 def case_from_dict(data: object, where: str = "case") -> Case:
     """Build a case from :func:`case_to_dict`'s form; ``ValueError`` names the first bad key."""
-    return _case_from_reader(_Reader(data, where))
-
-
-def _case_from_reader(c: _Reader) -> Case:
-    workload = None
-    w = c.obj("workload")
-    if w is not None:
-        workload = Workload.from_dict(w.data, w.where)
-    regression = None
-    r = c.obj("regression")
-    if r is not None:
-        regression = RegressionInfo(
-            baseline_case_id=r.text("baseline_case_id"),
-            baseline_figures=r.figures("baseline_figures"),
-            tolerances=r.numbers("tolerances"),
-            messages=r.texts("messages"),
-        )
-    checks = []
-    for i, item in enumerate(c.items("checks")):
-        k = _Reader(item, f"{c.where}.checks[{i}]")
-        verdict = k.text("verdict")
-        if verdict not in VERDICTS:
-            raise ValueError(f"{k.where}.verdict: {verdict!r} is not one of {VERDICTS}")
-        checks.append(Check(name=k.text("name"), verdict=cast(Verdict, verdict), detail=k.opt_text("detail") or ""))
-    hosts_raw = c.mapping("hosts")
-    hosts_reader = _Reader(hosts_raw, f"{c.where}.hosts")
-    hosts = {h: hosts_reader.numbers(h) for h in hosts_raw}
-    queues_raw = c.mapping("queues")
-    queues_reader = _Reader(queues_raw, f"{c.where}.queues")
-    queues = {h: queues_reader.integers(h) for h in queues_raw}
     try:
-        return Case(
-            nodeid=c.text("nodeid"),
-            case_id=c.text("case_id"),
-            suite=cast(SuiteKind, c.text("suite")),
-            verdict=cast(Verdict, c.text("verdict")),
-            protocol=c.opt_text("protocol"),
-            workload=workload,
-            hosts=hosts,
-            figures=c.figures("figures"),
-            thresholds=c.numbers("thresholds"),
-            violations=c.texts("violations"),
-            regression=regression,
-            raw_fio_json=c.opt_text("raw_fio_json"),
-            checks=tuple(checks),
-            extras=c.mapping("extras"),
-            randseeds=c.integers("randseeds"),
-            queues=queues,
-            start_offsets_ms=c.numbers("start_offsets_ms"),
-        )
-    except ValueError as exc:
-        raise ValueError(f"{c.where}: {exc}") from None
+        return cast(Case, _CASE.validate_python(data))
+    except ValidationError as exc:
+        raise ValueError(_where(exc, where)) from None
 
 
 def write_temp(folder: Path, text: str) -> Path:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_fabricqa.fio.logs import TimeSeries, Window
 from pytest_fabricqa.report.model import (
     SCHEMA,
     Case,
@@ -23,6 +24,8 @@ from pytest_fabricqa.report.model import (
     run_to_dict,
     write_json,
 )
+from pytest_fabricqa.scaling import ScalingPoint
+from pytest_fabricqa.spread import Rounds, spread
 from pytest_fabricqa.workloads import Workload
 
 DATA = Path(__file__).parent.parent / "data" / "report"
@@ -70,6 +73,39 @@ def test_sample_files_load_and_rewrite_identically(tmp_path: Path) -> None:
         run = load_json(DATA / name)
         again = write_json(run, tmp_path / name)
         assert again.read_text() == (DATA / name).read_text(), name
+
+
+def test_recent_fields_survive_the_round_trip(tmp_path: Path) -> None:
+    """Per-host randseeds, queues and start offsets, and the spread, time series and scaling extras, each as
+    its own producer writes it, read back equal and rewrite to the same text."""
+    rounds = Rounds(
+        figures=({"iops": 100.0}, {"iops": 104.0}),
+        measured=({"iops": 100.0}, {"iops": 104.0}),
+        means={"iops": 102.0},
+        spreads={"iops": spread([100.0, 104.0])},
+    )
+    series = TimeSeries(
+        interval_ms=1000,
+        hosts={"el72h1": (Window(1.0, iops=100.0, p99_us=900.0, ios=100),)},
+        cluster=(Window(1.0, iops=100.0, p99_us=900.0, ios=100),),
+        files=("fio/el72h1_iops.1.log",),
+    )
+    points = [ScalingPoint(1, ("el72h1",), 100.0, 900.0, efficiency=1.0), ScalingPoint(2, ("el72h1", "el72h2"), 190.0)]
+    case = replace(
+        small_run().cases[0],
+        randseeds={"el72h1": 12345, "el72h2": 12346},
+        queues={"el72h1": {"nr_io_queues": 4, "queue_size": 128}},
+        start_offsets_ms={"el72h1": 0.0, "el72h2": 3.5},
+        extras={"spread": rounds.extras(), "timeseries": series.to_dict(), "scaling": [p.to_dict() for p in points]},
+    )
+    run = replace(small_run(), cases=(case,))
+    path = write_json(run, tmp_path / "results.json")
+    again = load_json(path)
+    assert again == run and again.cases[0].start_spread_ms == 3.5
+    assert TimeSeries.from_dict(again.cases[0].extras["timeseries"]) == series
+    assert write_json(again, tmp_path / "again.json").read_text() == path.read_text()
+    # Empty ones are not written at all, as in every file from before they were recorded.
+    assert not {"randseeds", "queues", "start_offsets_ms"} & set(run_to_dict(small_run())["cases"][0])
 
 
 def test_write_leaves_no_temporary_files_and_respects_umask(tmp_path: Path) -> None:
@@ -130,16 +166,34 @@ def test_missing_file_raises_a_typed_error(tmp_path: Path) -> None:
     ("mutate", "why"),
     [
         (lambda d: d.pop("lab"), r"results: missing key 'lab'"),
-        (lambda d: d.update(started="yesterday"), r"results.started: 'yesterday' is not an ISO 8601"),
-        (lambda d: d["cases"][0]["figures"].update(iops="fast"), r"cases\[0\].figures.iops: 'fast' is not"),
-        (lambda d: d["cases"][0]["figures"].update(bogus=1), r"cases\[0\].figures: unknown metric 'bogus'"),
+        (
+            lambda d: d.update(started="yesterday"),
+            r"results.started: Input should be a valid datetime.*found 'yesterday'",
+        ),
+        (
+            lambda d: d["cases"][0]["figures"].update(iops="fast"),
+            r"cases\[0\].figures.iops: Input should be a valid number, found 'fast'",
+        ),
+        (lambda d: d["cases"][0]["figures"].update(bogus=1), r"cases\[0\]: case .* figures: unknown metric 'bogus'"),
         (lambda d: d["cases"][0]["hosts"]["el72h1"].update(x=1), r"hosts.el72h1: unknown metric 'x'"),
-        (lambda d: d["cases"][0]["workload"].update(numjobs="4"), r"workload.numjobs: expected an integer"),
+        (lambda d: d["cases"][0]["workload"].update(numjobs="4"), r"cases\[0\].workload.numjobs: expected an integer"),
         (lambda d: d["cases"][0]["workload"].update(numjobs=True), r"workload.numjobs: expected an integer"),
-        (lambda d: d["cases"][0].update(verdict="ok"), r"cases\[0\]: case .* verdict 'ok'"),
-        (lambda d: d["cases"][0]["checks"][0].update(verdict="meh"), r"checks\[0\].verdict: 'meh'"),
-        (lambda d: d.update(cases={}), r"results.cases: expected a list"),
-        (lambda d: d["environment"]["kernels"].update(el72h1=6), r"kernels.el72h1: expected a string"),
+        (lambda d: d["cases"][0].update(verdict="ok"), r"cases\[0\].verdict: Input should be 'passed', .*found 'ok'"),
+        (
+            lambda d: d["cases"][0]["checks"][0].update(verdict="meh"),
+            r"checks\[0\].verdict: Input should be .*found 'meh'",
+        ),
+        (lambda d: d.update(cases={}), r"results.cases: Input should be a valid tuple, found {}"),
+        (
+            lambda d: d["cases"][0]["figures"].update(iops=True),
+            r"cases\[0\].figures.iops: Input should be a valid number",
+        ),
+        (lambda d: d["cases"][0]["thresholds"].update(min_iops="300"), r"thresholds.min_iops: Input should be"),
+        (lambda d: d["cases"][0].update(randseeds={"el72h1": 1.5}), r"randseeds.el72h1: Input should be a valid int"),
+        (
+            lambda d: d["environment"]["kernels"].update(el72h1=6),
+            r"kernels.el72h1: Input should be a valid string, found 6",
+        ),
     ],
 )
 def test_malformed_fields_name_the_key(tmp_path: Path, mutate: object, why: str) -> None:
