@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes import Answer, ScriptedHost
 
 from pytest_fabricqa.fio import (
     FIGURE_NAMES,
@@ -412,24 +413,19 @@ def test_run_fio_for_real_on_a_file(tmp_path: Path) -> None:
         run_fio(LocalHost("local"), workload, [str(tmp_path / "missing.img")])
 
 
-class _Controller:
+class _Controller(ScriptedHost):
     """A host that keeps the job files it is sent and answers the fio client with a recorded run."""
 
-    name = "controller"
-
     def __init__(self, answer: CommandResult) -> None:
-        self.answer = answer
+        super().__init__("controller")
+        self.recorded = answer
         self.files: dict[str, str] = {}
 
-    def run(self, argv: Any, *, stdin: str | None = None, check: bool = True, timeout: float | None = None,
-            **_: Any) -> CommandResult:  # fmt: skip
+    def answer(self, argv: tuple[str, ...]) -> Answer:
         # client_script_argv: sh -c SCRIPT sh WORKDIR N NAME1 TEXT1 ... then fio's argv.
         count = int(argv[5])
         self.files.update(dict(zip(argv[6 : 6 + 2 * count : 2], argv[7 : 7 + 2 * count : 2], strict=True)))
-        return self.answer
-
-    def close(self) -> None:
-        pass
+        return self.recorded.exit_code, self.recorded.stdout, self.recorded.stderr
 
 
 def test_each_host_gets_its_own_randseed_in_every_job_section() -> None:

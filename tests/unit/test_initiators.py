@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from fakes import Answer, ScriptedHost
 
 from pytest_fabricqa.initiators import iscsi, nvme
-from pytest_fabricqa.transport.base import CommandError, CommandResult
+from pytest_fabricqa.transport.base import CommandError
 
 DATA = Path(__file__).parents[1] / "data" / "targets"
 NQN = "nqn.2026-11.io.fabricqa:vlab-nvme0"
@@ -107,29 +107,16 @@ def test_portal_names_bracket_ipv6() -> None:
 OLD = DATA / "old"
 
 
-class ScriptedHost:
-    """Answers each command from ``answers`` (first matching argv prefix) and records what ran."""
+def answering(answers: list[tuple[tuple[str, ...], tuple[int, str, str]]]) -> ScriptedHost:
+    """A host that answers each command from ``answers`` (first matching argv prefix); others fail the test."""
 
-    def __init__(self, answers: list[tuple[tuple[str, ...], tuple[int, str, str]]]) -> None:
-        self.name = "el72h1"
-        self.answers = answers
-        self.commands: list[tuple[str, ...]] = []
+    def script(argv: tuple[str, ...]) -> Answer:
+        for prefix, answer in answers:
+            if argv[: len(prefix)] == prefix and (prefix[-1:] != ("json",) or argv[-1] == "json"):
+                return answer
+        return None
 
-    def run(
-        self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None, stdin: str | None = None
-    ) -> CommandResult:
-        args = tuple(argv)
-        self.commands.append(args)
-        for prefix, (code, out, err) in self.answers:
-            if args[: len(prefix)] == prefix and (prefix[-1:] != ("json",) or args[-1] == "json"):
-                result = CommandResult(self.name, args, code, out, err)
-                if check and code:
-                    raise CommandError(result)
-                return result
-        raise AssertionError(f"unexpected command {args}")
-
-    def close(self) -> None:
-        """Nothing to release."""
+    return ScriptedHost("el72h1", script)
 
 
 def test_nvme_cli_1_13_text_discovery_log_is_read() -> None:
@@ -150,7 +137,7 @@ def test_discover_falls_back_to_text_when_nvme_cli_refuses_json() -> None:
         (OLD / "nvme-cli-1.13-discover-o-json.stderr").read_text(),
     )
     text = (0, (OLD / "nvme-cli-1.13-discover-rdma.txt").read_text(), "")
-    host = ScriptedHost(
+    host = answering(
         [
             (("nvme", "discover", "-t", "rdma", "-a", "10.10.10.19", "-s", "4420", "-o", "json"), refused),
             (("nvme", "discover"), text),
@@ -163,7 +150,7 @@ def test_discover_falls_back_to_text_when_nvme_cli_refuses_json() -> None:
 
 def test_discover_failure_that_is_not_a_refused_option_is_raised() -> None:
     failed = (1, "", "Failed to write to /dev/nvme-fabrics: Connection refused\n")
-    host = ScriptedHost([(("nvme", "discover"), failed)])
+    host = answering([(("nvme", "discover"), failed)])
     with pytest.raises(CommandError, match="Connection refused"):
         nvme.discover(host, "tcp", "10.10.10.19", 4420)
 
@@ -201,14 +188,14 @@ def test_sysfs_script_finds_namespaces_under_the_controller_on_kernels_before_4_
 def test_iscsiadm_nothing_to_act_on_is_exit_21_and_out_of_memory_is_an_error() -> None:
     # include/iscsi_err.h: 21 ISCSI_ERR_NO_OBJS_FOUND, 3 ISCSI_ERR_NOMEM, 6 ISCSI_ERR_IDBM.
     none = (21, "", "iscsiadm: No active sessions.\n")
-    assert iscsi.sessions(ScriptedHost([(("iscsiadm",), none)])) == []
+    assert iscsi.sessions(answering([(("iscsiadm",), none)])) == []
     nomem = (3, "", "iscsiadm: Could not allocate memory\n")
     with pytest.raises(CommandError, match="exited 3"):
-        iscsi.sessions(ScriptedHost([(("iscsiadm",), nomem)]))
+        iscsi.sessions(answering([(("iscsiadm",), nomem)]))
     with pytest.raises(CommandError, match="exited 3"):
-        iscsi.logout(ScriptedHost([(("iscsiadm",), nomem)]), IQN, "10.10.10.19:3260")
-    iscsi.logout(ScriptedHost([(("iscsiadm",), (21, "", "iscsiadm: No matching sessions found\n"))]), IQN, "p")
-    iscsi.delete_node(ScriptedHost([(("iscsiadm",), (21, "", "iscsiadm: No records found\n"))]), IQN, "p")
+        iscsi.logout(answering([(("iscsiadm",), nomem)]), IQN, "10.10.10.19:3260")
+    iscsi.logout(answering([(("iscsiadm",), (21, "", "iscsiadm: No matching sessions found\n"))]), IQN, "p")
+    iscsi.delete_node(answering([(("iscsiadm",), (21, "", "iscsiadm: No records found\n"))]), IQN, "p")
 
 
 def test_iscsiadm_failures_other_than_no_objects_are_not_swallowed() -> None:
@@ -219,16 +206,12 @@ def test_iscsiadm_failures_other_than_no_objects_are_not_swallowed() -> None:
         lambda h: iscsi.iface_exists(h, "fabricqa_tcp"),
     ):
         with pytest.raises(CommandError, match="exited 20"):
-            call(ScriptedHost([(("iscsiadm",), not_connected)]))
-    assert iscsi.node_records(ScriptedHost([(("iscsiadm",), (21, "", "iscsiadm: No records found\n"))])) == []
+            call(answering([(("iscsiadm",), not_connected)]))
+    assert iscsi.node_records(answering([(("iscsiadm",), (21, "", "iscsiadm: No records found\n"))])) == []
     # A missing iface record is ISCSI_ERR_IDBM (6), seen as "does not exist".
-    assert not iscsi.iface_exists(
-        ScriptedHost([(("iscsiadm",), (6, "", "iscsiadm: Could not read iface x (6).\n"))]), "x"
-    )
+    assert not iscsi.iface_exists(answering([(("iscsiadm",), (6, "", "iscsiadm: Could not read iface x (6).\n"))]), "x")
     assert (
-        iscsi.discover(
-            ScriptedHost([(("iscsiadm",), (21, "", "iscsiadm: No portals found\n"))]), "10.10.10.19", 3260, "i"
-        )
+        iscsi.discover(answering([(("iscsiadm",), (21, "", "iscsiadm: No portals found\n"))]), "10.10.10.19", 3260, "i")
         == []
     )
 

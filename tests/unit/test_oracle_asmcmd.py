@@ -6,15 +6,15 @@ documented layout; none is a capture from a live system).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from fakes import ScriptedHost
 
 from pytest_fabricqa.oracle.asmcmd import Asmcmd, AsmcmdParseError, parse_table, to_view_rows
 from pytest_fabricqa.oracle.health import check_asm_health
 from pytest_fabricqa.oracle.settings import AsmcmdSettings
-from pytest_fabricqa.transport.base import CommandError, CommandResult
+from pytest_fabricqa.transport.base import CommandError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "oracle"
 
@@ -74,41 +74,32 @@ def test_no_output_is_no_rows() -> None:
     assert parse_table("") == []
 
 
-class FileHost:
-    """Answers asmcmd commands with the sample files; records every argv."""
+ASMCMD = "/u01/app/19.0.0/grid/bin/asmcmd"
+LISTINGS = {
+    ("lsdg", "-g"): "lsdg_g.txt",
+    ("lsdsk", "-g", "-p", "-G", "NVME"): "lsdsk_g_p_nvme.txt",
+    ("lsdsk", "-g", "-k", "-G", "NVME"): "lsdsk_g_k_nvme.txt",
+    ("lsdsk", "-g", "-t", "-G", "NVME"): "lsdsk_g_t_nvme.txt",
+    ("lsdsk", "-g", "--statistics", "-G", "NVME"): "lsdsk_g_statistics_nvme.txt",
+}
 
-    name = "el72h1"
 
-    def __init__(self, overrides: dict[str, str] | None = None) -> None:
-        self.commands: list[tuple[str, ...]] = []
-        self.overrides = overrides or {}
+def file_host(overrides: dict[str, str] | None = None) -> ScriptedHost:
+    """Answers asmcmd commands with the sample files (``overrides`` replaces one by its file name)."""
 
-    def run(
-        self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None, stdin: str | None = None
-    ) -> CommandResult:
-        args = tuple(argv)
-        self.commands.append(args)
-        command = args[args.index("/u01/app/19.0.0/grid/bin/asmcmd") + 1 :]
-        files = {
-            ("lsdg", "-g"): "lsdg_g.txt",
-            ("lsdsk", "-g", "-p", "-G", "NVME"): "lsdsk_g_p_nvme.txt",
-            ("lsdsk", "-g", "-k", "-G", "NVME"): "lsdsk_g_k_nvme.txt",
-            ("lsdsk", "-g", "-t", "-G", "NVME"): "lsdsk_g_t_nvme.txt",
-            ("lsdsk", "-g", "--statistics", "-G", "NVME"): "lsdsk_g_statistics_nvme.txt",
-        }
-        name = "lsop" if command == ("lsop",) else files[command]
-        text = self.overrides.get(name, "" if name == "lsop" else _read(name))
-        return CommandResult(self.name, args, 0, text, "")
+    def script(argv: tuple[str, ...]) -> str:
+        command = argv[argv.index(ASMCMD) + 1 :]
+        name = "lsop" if command == ("lsop",) else LISTINGS[command]
+        return (overrides or {}).get(name, "" if name == "lsop" else _read(name))
 
-    def close(self) -> None:
-        """Nothing to release."""
+    return ScriptedHost("el72h1", script)
 
 
 SETTINGS = AsmcmdSettings(host="el72h1", oracle_home="/u01/app/19.0.0/grid/", oracle_sid="+ASM1", user="grid")
 
 
 def test_asmcmd_runs_as_the_grid_user_with_its_environment() -> None:
-    host = FileHost()
+    host = file_host()
     Asmcmd(host, SETTINGS).diskgroups()
     assert host.commands == [
         (
@@ -119,12 +110,12 @@ def test_asmcmd_runs_as_the_grid_user_with_its_environment() -> None:
 
 
 def test_without_a_user_asmcmd_runs_as_the_ssh_user() -> None:
-    asmcmd = Asmcmd(FileHost(), AsmcmdSettings(host="el72h1", oracle_home="/u01/app/19.0.0/grid", user=None))
+    asmcmd = Asmcmd(file_host(), AsmcmdSettings(host="el72h1", oracle_home="/u01/app/19.0.0/grid", user=None))
     assert asmcmd.argv("lsop")[0] == "env"
 
 
 def test_snapshot_of_a_healthy_lab_is_healthy() -> None:
-    snap = Asmcmd(FileHost(), SETTINGS).snapshot(["NVME"])
+    snap = Asmcmd(file_host(), SETTINGS).snapshot(["NVME"])
     nvme = [g for g in snap["diskgroups"] if g["NAME"] == "NVME"]
     assert [g["GROUP_NUMBER"] for g in nvme] == [1, 1]
     assert len(snap["disks"]) == 4
@@ -141,7 +132,7 @@ def test_snapshot_with_an_offline_disk_fails_with_a_named_disk() -> None:
     lsdsk_p = _read("lsdsk_g_p_nvme.txt")
     assert healthy in lsdsk_p
     lsop = "Group_Name  Dsk_Num  State  Power\nNVME        REBAL    RUN    4\n"
-    host = FileHost({"lsdsk_g_p_nvme.txt": lsdsk_p.replace(healthy, broken), "lsop": lsop})
+    host = file_host({"lsdsk_g_p_nvme.txt": lsdsk_p.replace(healthy, broken), "lsop": lsop})
     snap = Asmcmd(host, SETTINGS).snapshot(["NVME"])
     verdict = check_asm_health(snap["diskgroups"], snap["disks"], snap["operations"], expected=["NVME"])
     assert verdict.messages() == [
@@ -154,9 +145,6 @@ def test_snapshot_with_an_offline_disk_fails_with_a_named_disk() -> None:
 
 
 def test_asmcmd_errors_printed_with_exit_0_are_raised() -> None:
-    class ErrorHost(FileHost):
-        def run(self, argv: Sequence[str], **kwargs: object) -> CommandResult:
-            return CommandResult(self.name, tuple(argv), 0, "", "ASMCMD-08102: no connection to Oracle ASM")
-
+    host = ScriptedHost("el72h1", lambda argv: (0, "", "ASMCMD-08102: no connection to Oracle ASM"))
     with pytest.raises(CommandError, match="asmcmd reported an error"):
-        Asmcmd(ErrorHost(), SETTINGS).operations()
+        Asmcmd(host, SETTINGS).operations()

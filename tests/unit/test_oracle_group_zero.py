@@ -10,18 +10,17 @@ import csv
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes import ScriptedHost
 
 from pytest_fabricqa.oracle import sql
 from pytest_fabricqa.oracle.asmcmd import Asmcmd
 from pytest_fabricqa.oracle.fake import FakeConnection, FakeResult
 from pytest_fabricqa.oracle.health import Severity, check_asm_health
 from pytest_fabricqa.oracle.settings import AsmcmdSettings
-from pytest_fabricqa.transport.base import CommandResult
 
 DATA = Path(__file__).parents[1] / "data" / "oracle"
 LAB_PATHS = ("/dev/nvme0n1", "/dev/nvme1n1")
@@ -131,22 +130,14 @@ def test_sql_reads_group_0_rows_of_the_lab_paths_through_bind_variables() -> Non
     assert "PATH IN" not in connection.executed[-1]
 
 
-class DiscoveryHost:
+def discovery_host() -> ScriptedHost:
     """Answers ``lsdsk -g --discovery -p`` with the sample file and every other asmcmd listing with nothing."""
-
-    name = "el72h1"
-
-    def run(self, argv: Sequence[str], **kwargs: object) -> CommandResult:
-        args = tuple(argv)
-        text = (DATA / "lsdsk_g_discovery_p_after_overwrite.txt").read_text() if "--discovery" in args else ""
-        return CommandResult(self.name, args, 0, text, "")
-
-    def close(self) -> None:
-        """Nothing to release."""
+    listing = (DATA / "lsdsk_g_discovery_p_after_overwrite.txt").read_text()
+    return ScriptedHost("el72h1", lambda argv: listing if "--discovery" in argv else "")
 
 
 def test_asmcmd_adds_the_group_0_rows_of_the_watched_paths() -> None:
-    asmcmd = Asmcmd(DiscoveryHost(), AsmcmdSettings(host="el72h1", oracle_home="/u01/app/19.0.0/grid"))
+    asmcmd = Asmcmd(discovery_host(), AsmcmdSettings(host="el72h1", oracle_home="/u01/app/19.0.0/grid"))
     rows = asmcmd.group_zero(["/dev/nvme1n1", "/dev/nvme0n1"])
     assert [(r["INST_ID"], r["PATH"], r["HEADER_STATUS"]) for r in rows] == [
         (1, "/dev/nvme1n1", "CANDIDATE"),

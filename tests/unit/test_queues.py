@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+
+from fakes import Answer, ScriptedHost
 
 from pytest_fabricqa.queues import (
     LIO_SCRIPT,
@@ -14,7 +15,6 @@ from pytest_fabricqa.queues import (
     parse_nvme,
     read_queues,
 )
-from pytest_fabricqa.transport.base import CommandResult
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "queues"
 IQN = "iqn.2026-11.io.fabricqa:vstor"
@@ -58,38 +58,29 @@ def test_the_lab_settings_become_node_updates_before_login() -> None:
     ]  # fmt: skip
 
 
-class _Host:
+def _host(name: str, answers: dict[str, str]) -> ScriptedHost:
     """Answers each read with a file from tests/data/queues; fails what it was not given."""
 
-    def __init__(self, name: str, answers: dict[str, str]) -> None:
-        self.name = name
-        self.answers = answers
-        self.commands: list[list[str]] = []
-
-    def run(self, argv: Any, *, check: bool = True, timeout: float | None = None, stdin: str | None = None) -> Any:
-        self.commands.append(list(argv))
+    def script(argv: tuple[str, ...]) -> Answer:
         key = "nvme" if NVME_SCRIPT in argv else "lio" if LIO_SCRIPT in argv else argv[0]
-        if key not in self.answers:
-            return CommandResult(self.name, tuple(argv), 1, "", "no such file")
-        return CommandResult(self.name, tuple(argv), 0, self.answers[key], "")
+        return answers.get(key, (1, "", "no such file"))
 
-    def close(self) -> None:
-        pass
+    return ScriptedHost(name, script)
 
 
 def test_read_queues_reads_every_host_once_and_leaves_out_what_it_cannot_read() -> None:
-    nodes = [_Host("vnode1", {"nvme": text("nvme-sysfs-queues.txt")}), _Host("vnode2", {})]
+    nodes = [_host("vnode1", {"nvme": text("nvme-sysfs-queues.txt")}), _host("vnode2", {})]
     found = read_queues(nodes, None, protocol="nvme-tcp", subsystems=["nqn.2026-11.io.fabricqa:vlab-ram0"])
     assert found == {"vnode1": {"nr_io_queues": 1, "queue_size": 128}}
     assert [len(h.commands) for h in nodes] == [1, 1]
     assert nodes[0].commands[0][-1] == "nqn.2026-11.io.fabricqa:vlab-ram0"
 
-    nodes = [_Host("vnode1", {"iscsiadm": text("iscsiadm-node-record.txt")})]
-    target = _Host("vstor", {"lio": text("lio-queues.txt")})
+    nodes = [_host("vnode1", {"iscsiadm": text("iscsiadm-node-record.txt")})]
+    target = _host("vstor", {"lio": text("lio-queues.txt")})
     found = read_queues(
         nodes, target, protocol="iscsi", subsystems=[IQN], portal="10.10.10.19:3260", iface="fabricqa_tcp",
         target_kind="lio",
     )  # fmt: skip
     assert found["vnode1"] == {"node.session.queue_depth": 32, "node.session.cmds_max": 128}
     assert found["vstor"]["default_cmdsn_depth"] == 64
-    assert nodes[0].commands == [["iscsiadm", "-m", "node", "-T", IQN, "-p", "10.10.10.19:3260", "-I", "fabricqa_tcp"]]
+    assert nodes[0].commands == [("iscsiadm", "-m", "node", "-T", IQN, "-p", "10.10.10.19:3260", "-I", "fabricqa_tcp")]

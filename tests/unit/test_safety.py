@@ -15,11 +15,11 @@ import shutil
 import struct
 import subprocess
 import zlib
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from fakes import Answer, ScriptedHost
 
 from pytest_fabricqa import safety
 from pytest_fabricqa.safety import (
@@ -32,7 +32,6 @@ from pytest_fabricqa.safety import (
     guard,
     inspect,
 )
-from pytest_fabricqa.transport.base import CommandResult
 from pytest_fabricqa.transport.local import LocalHost
 
 MiB = 1 << 20
@@ -161,39 +160,29 @@ def test_parse_blkid_export_unescapes_values() -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
-class ScriptedHost:
+class GuardHost(ScriptedHost):
     """Answers the guard's commands from a table keyed by the command's first word(s)."""
 
     def __init__(self, answers: dict[str, tuple[int, str, str] | None]) -> None:
-        self.name = "el72h3"
+        super().__init__("el72h3")
         self.answers = answers
-        self.commands: list[tuple[str, ...]] = []
 
-    def run(
-        self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None, stdin: str | None = None
-    ) -> CommandResult:
-        args = tuple(argv)
-        self.commands.append(args)
-        key = args[0] if args[0] != "sh" else ("sh-read" if "dd if" in args[2] else "sh-sysfs")
-        if args[0] == "cat":
-            key = args[1]
+    def answer(self, argv: tuple[str, ...]) -> Answer:
+        key = argv[0] if argv[0] != "sh" else ("sh-read" if "dd if" in argv[2] else "sh-sysfs")
+        if argv[0] == "cat":
+            key = argv[1]
         if key == "sh-read" and self.answers[key] is None:
             # An empty device: every block asked for (the skips after the path) reads as zeros.
             zeros = " 00" * 16 + "\n"
-            out = "".join(f"@block {skip}\n" + zeros * 16 for skip in args[5:])
-            return CommandResult(self.name, args, 0, out, "")
-        code, out, err = self.answers[key]
-        return CommandResult(self.name, args, code, out, err)
-
-    def close(self) -> None:
-        """Nothing to release."""
+            return "".join(f"@block {skip}\n" + zeros * 16 for skip in argv[5:])
+        return self.answers[key]
 
 
 SYSFS = "dev nvme0n1 259:0\nsize nvme0n1 2344225968\npartition nvme0n1p1 259:1\nholder nvme0n1p1 dm-3\n"
 MOUNTINFO = "27 1 8:2 / / rw,relatime - ext4 /dev/sda2 rw\n40 27 259:1 / /u01 rw,relatime - xfs /dev/nvme0n1p1 rw\n"
 
 
-def _scripted(**overrides: tuple[int, str, str] | None) -> ScriptedHost:
+def _scripted(**overrides: tuple[int, str, str] | None) -> GuardHost:
     answers: dict[str, tuple[int, str, str] | None] = {
         "readlink": (0, "/dev/nvme0n1\n", ""),
         "stat": (0, "block special file 0\n", ""),
@@ -207,7 +196,7 @@ def _scripted(**overrides: tuple[int, str, str] | None) -> ScriptedHost:
         "lsblk": (0, "sda2\nsda\n", ""),
     }
     answers.update(overrides)
-    return ScriptedHost(answers)
+    return GuardHost(answers)
 
 
 def test_partitions_holders_and_mounts_of_a_block_device_are_found() -> None:

@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
+import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +24,7 @@ from pytest_fabricqa.safety_batch import (
     prefetch,
 )
 from pytest_fabricqa.transport.base import CommandResult
-from pytest_fabricqa.transport.counting import CountingHost, round_trips
+from pytest_fabricqa.transport.counting import CountingHost
 from pytest_fabricqa.transport.local import LocalHost
 
 MiB = 1 << 20
@@ -86,14 +88,27 @@ def test_the_batched_guard_still_refuses(tmp_path: Path) -> None:
     assert evidence[0].asm_headers and host.count == 1
 
 
+class _MeetingHost(CountingHost):
+    """A counting host whose every command first waits at ``meet`` for the other hosts' commands."""
+
+    def __init__(self, host: LocalHost, log: list, meet: threading.Barrier) -> None:
+        super().__init__(host, log)
+        self.meet = meet
+
+    def run(self, argv: Sequence[str], **kwargs: Any) -> CommandResult:
+        self.meet.wait()
+        return super().run(argv, **kwargs)
+
+
 def test_hosts_run_in_parallel_and_every_refusal_is_listed(tmp_path: Path) -> None:
     log: list = []
-    hosts = {name: CountingHost(LocalHost(name), log) for name in ("node1", "node2")}
+    # Each host's command waits at a barrier until the other's has started too: run one after the other, the
+    # first would wait alone and the barrier break (after 60 s, a deadlock guard, not a timing assertion).
+    meet = threading.Barrier(2, timeout=60)
+    hosts = {name: _MeetingHost(LocalHost(name), log, meet) for name in ("node1", "node2")}
     clean = {name: _image(tmp_path / f"{name}.img") for name in hosts}
-    started = time.monotonic()
     found = guard_hosts(hosts, {name: [GuardRequest(str(path))] for name, path in clean.items()})
     assert set(found) == {"node1", "node2"} and len(log) == 2
-    assert round_trips(log) == 1 or time.monotonic() - started < 5  # overlapping, not one after the other
     asm = {name: _image(tmp_path / f"{name}-asm.img", asm_at=0) for name in hosts}
     with pytest.raises(DevicesRefused) as refused:
         guard_hosts(hosts, {name: [GuardRequest(str(path))] for name, path in asm.items()})

@@ -6,14 +6,13 @@ each layout comes from). The host is scripted per command and path, as a partiti
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from fakes import Answer, ScriptedHost
 
 from pytest_fabricqa import safety
 from pytest_fabricqa.safety import HEADER_BYTES, asm_geometry, gather_evidence, inspect, parse_od_blocks
-from pytest_fabricqa.transport.base import CommandResult
 
 DATA = Path(__file__).parents[1] / "data" / "safety"
 MiB = 1 << 20
@@ -27,46 +26,35 @@ def _block(name: str) -> bytes:
     return blocks[0]
 
 
-class PartitionedHost:
+class PartitionedHost(ScriptedHost):
     """Answers the guard's probes of /dev/sdb and /dev/sdb1; ``blocks`` maps (path, byte offset) to od text."""
 
     def __init__(self, blocks: dict[tuple[str, int], str], blkid: dict[str, tuple[int, str]] | None = None) -> None:
-        self.name = "el72h1"
+        super().__init__("el72h1")
         self.blocks = blocks
         self.blkid = blkid or {}
-        self.commands: list[tuple[str, ...]] = []
 
-    def run(
-        self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None, stdin: str | None = None
-    ) -> CommandResult:
-        args = tuple(argv)
-        self.commands.append(args)
-        out, code = "", 0
-        if args[0] == "readlink":
-            out = "/dev/sdb\n"
-        elif args[0] == "stat":
-            out = "block special file 0\n"
-        elif args[0] == "sh" and "dd if" in args[2]:
-            path, skips = args[4], args[5:]
-            out = "".join(
+    def answer(self, argv: tuple[str, ...]) -> Answer:
+        if argv[0] == "sh" and "dd if" in argv[2]:
+            path, skips = argv[4], argv[5:]
+            return "".join(
                 f"@block {skip}\n" + self.blocks.get((path, int(skip) * HEADER_BYTES), ZEROS) for skip in skips
             )
-        elif args[0] == "sh":
-            out = SYSFS
-        elif args[0] == "blkid":
-            code, out = self.blkid.get(args[-1], (2, ""))
-        elif args[0] == "wipefs":
-            out = '{"signatures": []}'
-        elif args[:2] == ("cat", "/proc/swaps"):
-            out = "Filename Type Size Used Priority\n"
-        elif args[0] == "findmnt":
-            out = "/dev/sda2\n"
-        elif args[0] == "lsblk":
-            out = "sda2\nsda\n"
-        return CommandResult(self.name, args, code, out, "")
+        if argv[0] == "blkid":
+            code, out = self.blkid.get(argv[-1], (2, ""))
+            return code, out, ""
+        return PROBES.get(argv[0] if argv[0] != "cat" else argv[1], "")
 
-    def close(self) -> None:
-        """Nothing to release."""
+
+PROBES = {
+    "readlink": "/dev/sdb\n",
+    "stat": "block special file 0\n",
+    "sh": SYSFS,
+    "wipefs": '{"signatures": []}',
+    "/proc/swaps": "Filename Type Size Used Priority\n",
+    "findmnt": "/dev/sda2\n",
+    "lsblk": "sda2\nsda\n",
+}
 
 
 def _od(name: str) -> str:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fakes import Answer, ScriptedHost
 
 from pytest_fabricqa.lab import load_lab
 from pytest_fabricqa.targets.base import ProvisionError, UndoStack
 from pytest_fabricqa.targets.lio import LioTarget, parse_snapshot, plan_from_lab
-from pytest_fabricqa.transport.base import CommandResult
 
 DATA = Path(__file__).parents[1] / "data" / "targets"
 LABS = Path(__file__).parents[2] / "labs"
@@ -62,34 +62,25 @@ def test_a_bad_name_prefix_is_one_line(tmp_path: Path) -> None:
         plan_from_lab(lab, lab.target_for("iscsi"), "iscsi")
 
 
-class ScriptedHost:
+class LioHost(ScriptedHost):
     """Answers the LIO snapshot script with recorded text and the state-file read with ``state``."""
 
     def __init__(self, snapshot: str, state: str = "") -> None:
-        self.name = "vstor"
+        super().__init__("vstor")
         self.snapshot = snapshot
         self.state = state
-        self.commands: list[tuple[str, ...]] = []
 
-    def run(
-        self, argv: list[str], *, check: bool = True, timeout: float | None = None, stdin: str | None = None
-    ) -> CommandResult:
-        args = tuple(argv)
-        self.commands.append(args)
-        out = ""
-        if args[:2] == ("sh", "-c") and "SNAPSHOT" not in args[2] and "core/*_[0-9]*" in args[2]:
-            out = self.snapshot
-        elif args[:2] == ("sh", "-c") and "cat" in args[2] and args[-1].endswith(".json"):
-            out = self.state
-        return CommandResult(self.name, args, 0, out, "")
-
-    def close(self) -> None:
-        pass
+    def answer(self, argv: tuple[str, ...]) -> Answer:
+        if argv[:2] == ("sh", "-c") and "SNAPSHOT" not in argv[2] and "core/*_[0-9]*" in argv[2]:
+            return self.snapshot
+        if argv[:2] == ("sh", "-c") and "cat" in argv[2] and argv[-1].endswith(".json"):
+            return self.state
+        return ""
 
 
 def test_leftovers_and_cleanup_find_our_target_by_its_backstores_even_without_a_state_file() -> None:
     lab = load_lab(LABS / "vlab.yaml")
-    host = ScriptedHost((DATA / "lio-snapshot-iser.txt").read_text())
+    host = LioHost((DATA / "lio-snapshot-iser.txt").read_text())
     target = LioTarget(lab, lab.target_for("iser"), {"vstor": host})
     assert target.leftovers() == [
         "vstor: iSCSI target iqn.2026-11.io.fabricqa:vstor is still configured",
@@ -109,7 +100,7 @@ def test_a_foreign_target_and_backstore_are_not_ours() -> None:
         "G\tiqn.2003-01.org.example:prod\ttpgt_1\t1\n"
         "L\tiqn.2003-01.org.example:prod\ttpgt_1\tlun_0\t../../../../../../target/core/iblock_7/prod_lun\n"
     )
-    host = ScriptedHost(foreign)
+    host = LioHost(foreign)
     target = LioTarget(lab, lab.target_for("iscsi"), {"vstor": host})
     assert target.leftovers() == []
     assert target.cleanup_stale() == []
@@ -124,7 +115,7 @@ def test_the_labs_cmdsn_depth_is_set_before_the_acls_inherit_it(tmp_path: Path) 
     plan = plan_from_lab(lab, model, "iscsi")
     stock = load_lab(LABS / "vlab.yaml")
     assert plan.cmdsn_depth == 128 and plan_from_lab(stock, stock.target_for("iscsi"), "iscsi").cmdsn_depth is None
-    host = ScriptedHost((DATA / "lio-snapshot-empty.txt").read_text())
+    host = LioHost((DATA / "lio-snapshot-empty.txt").read_text())
     target = LioTarget(lab, model, {"vstor": host})  # type: ignore[dict-item]
     target._make_target(plan, {0: "iblock_0", 1: "iblock_1"}, UndoStack(), {"targets": [plan.iqn]})
     commands = [" ".join(c) for c in host.commands]

@@ -12,49 +12,31 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes import Answer, ScriptedHost
 
 from pytest_fabricqa.lab import load_lab
 from pytest_fabricqa.targets import remote
 from pytest_fabricqa.targets.base import ProvisionError, UndoStack, mark_number
 from pytest_fabricqa.targets.lio import HBA_INDEXES, LioTarget
 from pytest_fabricqa.targets.nvmet import PORT_IDS, NvmetTarget
-from pytest_fabricqa.transport.base import CommandError, CommandResult
 
 LABS = Path(__file__).parents[2] / "labs"
 
 
-class TakenPathsHost:
+class TakenPathsHost(ScriptedHost):
     """Empty configfs trees; ``mkdir`` of a path in ``taken`` fails as the kernel says when it already exists."""
 
     def __init__(self, taken: Sequence[str] = ()) -> None:
-        self.name = "vstor"
+        super().__init__("vstor")
         self.taken = set(taken)
-        self.commands: list[tuple[str, ...]] = []
         self.states: list[dict[str, Any]] = []
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        check: bool = True,
-        timeout: float | None = None,
-        stdin: str | None = None,
-    ) -> CommandResult:
-        args = tuple(argv)
-        self.commands.append(args)
-        if args[0] == "mkdir" and args[-1] in self.taken:
-            result = CommandResult(
-                self.name, args, 1, "", f"mkdir: cannot create directory '{args[-1]}': File exists\n"
-            )
-            if check:
-                raise CommandError(result)
-            return result
-        if args[:2] == ("sh", "-c") and "mv -f" in args[2]:
-            self.states.append(json.loads(args[4]))
-        return CommandResult(self.name, args, 0, "", "")
-
-    def close(self) -> None:
-        pass
+    def answer(self, argv: tuple[str, ...]) -> Answer:
+        if argv[0] == "mkdir" and argv[-1] in self.taken:
+            return 1, "", f"mkdir: cannot create directory '{argv[-1]}': File exists\n"
+        if argv[:2] == ("sh", "-c") and "mv -f" in argv[2]:
+            self.states.append(json.loads(argv[4]))
+        return ""
 
     def removed(self, path: str) -> bool:
         return any(path in c and ("rmdir" in " ".join(c)) for c in self.commands)

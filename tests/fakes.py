@@ -1,0 +1,62 @@
+"""The one scripted host the unit tests share: a :class:`pytest_fabricqa.transport.base.Host` that answers from
+a script instead of a machine, and records what it was asked to run.
+
+A test gives the answers (recorded real output from ``tests/data``) and checks what ran::
+
+    host = ScriptedHost("el72h1", lambda argv: (DATA / "lsdg_g.txt").read_text() if "lsdg" in argv else "")
+    ...
+    assert host.commands == [(...)]
+
+An answer is the stdout of a command that succeeded (``str``), ``(exit code, stdout, stderr)``, or ``None`` for a
+command the script does not expect, which fails the test. A non-zero exit raises :class:`CommandError` when the
+caller asked for ``check``, as the real transports do, so a fake never lets a failure pass that a host would raise.
+A test whose answers depend on state subclasses it and overrides :meth:`ScriptedHost.answer`.
+
+tests/conftest.py puts this folder on ``sys.path``: ``from fakes import ScriptedHost``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from pytest_fabricqa.transport.base import CommandError, CommandResult
+
+Answer = str | tuple[int, str, str] | None
+Script = Callable[[tuple[str, ...]], Answer]
+
+
+class ScriptedHost:
+    """A host that answers each command from ``script`` and records every argv (and stdin) in order."""
+
+    def __init__(self, name: str = "el72h1", script: Script | None = None) -> None:
+        self.name = name
+        self.script = script
+        self.commands: list[tuple[str, ...]] = []
+        self.stdins: list[str | None] = []
+        self.closed = False
+
+    def answer(self, argv: tuple[str, ...]) -> Answer:
+        """What ``argv`` prints; a subclass overrides this when the answers depend on state."""
+        if self.script is None:
+            return ""
+        return self.script(argv)
+
+    def run(
+        self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None, stdin: str | None = None
+    ) -> CommandResult:
+        """Record ``argv`` and answer it; a non-zero exit raises under ``check`` as the real transports do."""
+        args = tuple(argv)
+        self.commands.append(args)
+        self.stdins.append(stdin)
+        answer = self.answer(args)
+        if answer is None:
+            raise AssertionError(f"{self.name}: the script has no answer for {args}")
+        code, out, err = (0, answer, "") if isinstance(answer, str) else answer
+        result = CommandResult(self.name, args, code, out, err)
+        if check and code:
+            raise CommandError(result)
+        return result
+
+    def close(self) -> None:
+        """Nothing to release; remembered so a test can check the host was closed."""
+        self.closed = True
