@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import warnings
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from factories import T0, make_run, perf_case
 
 from pytest_fabricqa.report.baseline import (
     DEFAULT_TOLERANCES,
@@ -22,28 +23,15 @@ from pytest_fabricqa.report.baseline import (
     regressions,
     save_baseline,
 )
-from pytest_fabricqa.report.model import Case, Environment, ResultsFileError, Run, load_json
+from pytest_fabricqa.report.model import Environment, ResultsFileError, Run, load_json
 from pytest_fabricqa.workloads import Workload
-
-T0 = datetime(2024, 5, 1, 8, 0, tzinfo=UTC)
 
 
 def run(
     lab: str = "rac3", protocols: tuple[str, ...] = ("nvme-rdma",), started: datetime = T0, iops: float = 3000
 ) -> Run:
-    cases = tuple(
-        Case(
-            nodeid=f"t::{p}",
-            case_id=f"{p}-randread-8k-qd32-j4",
-            suite="performance",
-            verdict="passed",
-            protocol=p,
-            workload=Workload("randread-8k-qd32-j4", "randread", "8k", numjobs=4, iodepth=32, runtime=60),
-            figures={"iops": iops, "lat_p99_us": 1000.0},
-        )
-        for p in protocols
-    )
-    return Run(lab, protocols, "nvmet", started, started + timedelta(minutes=5), cases=cases)
+    cases = [perf_case(p, nodeid=f"t::{p}", figures={"iops": iops, "lat_p99_us": 1000.0}) for p in protocols]
+    return make_run(*cases, lab=lab, protocols=protocols, started=started, finished=started + timedelta(minutes=5))
 
 
 # --- regressions ------------------------------------------------------------------------------------------

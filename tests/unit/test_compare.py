@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from factories import make_run, perf_case
 
 from pytest_fabricqa.report.compare import compare_runs, main, render_html, render_markdown, render_text
 from pytest_fabricqa.report.formatting import format_trend, trend_pct
-from pytest_fabricqa.report.model import Case, Run, load_json, write_json
-from pytest_fabricqa.workloads import Workload
+from pytest_fabricqa.report.model import Run, load_json, write_json
 
 DATA = Path(__file__).parent.parent / "data" / "report"
 ISCSI = DATA / "seed001_iscsi.json"
@@ -103,20 +103,16 @@ def test_markdown_is_a_well_formed_table() -> None:
 
 
 def _run(protocol: str, figures: dict[tuple[str, int], float], lab: str = "lab") -> Run:
-    when = datetime(2024, 1, 1, tzinfo=UTC)
-    cases = tuple(
-        Case(
+    cases = [
+        perf_case(
+            protocol,
+            f"{rw}-8k-qd32-j{jobs}",
             nodeid=f"t::{protocol}-{rw}-{jobs}",
-            case_id=f"{protocol}-{rw}-8k-qd32-j{jobs}",
-            suite="performance",
-            verdict="passed",
-            protocol=protocol,
-            workload=Workload(f"{protocol}-{rw}-j{jobs}", rw, "8k", numjobs=jobs, iodepth=32, writes="write" in rw),
             figures={"iops": iops, "mbps": iops * 8192 / 1e6},
         )
         for (rw, jobs), iops in figures.items()
-    )
-    return Run(lab, (protocol,), "nvmet", when, when, cases=cases)
+    ]
+    return make_run(*cases, lab=lab, protocols=(protocol,), started=datetime(2024, 1, 1, tzinfo=UTC))
 
 
 def test_three_protocols_give_a_trend_per_later_protocol_and_note_missing_workloads() -> None:

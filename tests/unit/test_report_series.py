@@ -6,26 +6,22 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from factories import make_run, perf_case, workload
+
 from pytest_fabricqa.fio.logs import build_timeseries
 from pytest_fabricqa.report.html import case_extra_html, render_html, report_context
 from pytest_fabricqa.report.model import Case, Run
 from pytest_fabricqa.scaling import scaling_points
-from pytest_fabricqa.workloads import make_workload
 
 LOGS = Path(__file__).parents[1] / "data" / "fio" / "series" / "logs"
 T0 = datetime(2026, 12, 1, 1, 0, tzinfo=UTC)
 
 
 def _case(name: str, iops: float, *, verdict: str = "passed", **extras: object) -> Case:
-    rw, bs, qd, jobs = name.split("-")
-    workload = make_workload(rw, bs, iodepth=int(qd[2:]), numjobs=int(jobs[1:]), runtime=4, ramp_time=1)
-    return Case(
-        nodeid=f"suites/test_performance.py::test_fio[nvme-tcp-{name}]",
-        case_id=f"nvme-tcp-{name}",
-        suite="performance",
-        verdict=verdict,  # type: ignore[arg-type]
-        protocol="nvme-tcp",
-        workload=workload,
+    return perf_case(
+        "nvme-tcp",
+        workload(name, runtime=4, ramp_time=1),
+        verdict=verdict,
         figures={"iops": iops, "lat_p99_us": 100.0},
         hosts={"vnode1": {"iops": iops / 2}, "vnode2": {"iops": iops / 2}},
         extras=dict(extras),
@@ -33,7 +29,7 @@ def _case(name: str, iops: float, *, verdict: str = "passed", **extras: object) 
 
 
 def _run(*cases: Case) -> Run:
-    return Run("vlab", ("nvme-tcp",), "nvmet", T0, T0, cases=cases)
+    return make_run(*cases, lab="vlab", protocols=("nvme-tcp",), started=T0)
 
 
 def test_a_case_with_logs_gets_its_time_series_chart() -> None:

@@ -12,8 +12,12 @@ its failure presentation. Use recorded runs, not these files, for any test about
 from __future__ import annotations
 
 import math
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[2]))  # tests/: the shared factories
+from factories import perf_case
 
 from pytest_fabricqa.report.model import (
     BaselineUse,
@@ -24,7 +28,6 @@ from pytest_fabricqa.report.model import (
     Run,
     write_json,
 )
-from pytest_fabricqa.workloads import WRITING_RW, Workload
 
 HERE = Path(__file__).parent
 HOSTS = ("el72h1", "el72h2")
@@ -135,15 +138,10 @@ def performance_cases(protocol: str, *, baseline: bool) -> list[Case]:
             )
             violations.extend(messages)
         cases.append(
-            Case(
-                nodeid=f"suites/test_performance.py::test_fio[{case_id}]",
-                case_id=case_id,
-                suite="performance",
+            perf_case(
+                protocol,
+                name,
                 verdict="failed" if violations else "passed",
-                protocol=protocol,
-                workload=Workload(
-                    name=name, rw=rw, bs=bs, numjobs=numjobs, iodepth=iodepth, runtime=60, writes=rw in WRITING_RW
-                ),
                 hosts=per_host,
                 figures=figures,
                 thresholds=thresholds,
