@@ -7,7 +7,6 @@ in two steps, as pytest-html does: plain view data here, presentation in ``templ
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -21,7 +20,7 @@ from pytest_fabricqa.fio.logs import TimeSeries, Window
 from pytest_fabricqa.report import charts
 from pytest_fabricqa.report.compare import columns_from_run, compare_columns, render_html_table
 from pytest_fabricqa.report.formatting import format_figure, rw_label, size_bytes, workload_sort_key
-from pytest_fabricqa.report.model import Case, Run, overall_verdict, write_temp
+from pytest_fabricqa.report.model import Case, Run, overall_verdict, write_atomic
 from pytest_fabricqa.scaling import DEFAULT_KNEE_GAIN_PCT, ScalingPoint, knee
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -573,15 +572,7 @@ def render_html(run: Run, *, title: str | None = None) -> str:
 
 def write_html(run: Run, path: Path | str, *, title: str | None = None) -> Path:
     """Render the report and write it atomically to ``path``."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = write_temp(target.parent, render_html(run, title=title))
-    try:
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return target
+    return write_atomic(path, render_html(run, title=title))
 
 
 def case_extra_html(case: Case, *, chart_id: str = "case") -> str:

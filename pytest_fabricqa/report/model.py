@@ -288,10 +288,15 @@ def dumps(run: Run) -> str:
 
 def write_json(run: Run, path: Path | str) -> Path:
     """Write ``run`` to ``path`` atomically: a reader sees the old file or the new one, never half of one."""
+    return write_atomic(path, dumps(run))
+
+
+def write_atomic(path: Path | str, text: str) -> Path:
+    """Write ``text`` to ``path`` (creating its folder) so a reader sees the old file or the new one, never half."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     # The temporary file sits in the target's folder so os.replace stays a rename on one filesystem.
-    tmp = write_temp(target.parent, dumps(run))
+    tmp = write_temp(target.parent, text)
     try:
         os.replace(tmp, target)
     except BaseException:

@@ -42,6 +42,15 @@ class ConfigfsTarget:
         except CommandError as exc:
             raise self._fail(f"{what} ({command_tail(exc)})", fix or "see the target's dmesg") from None
 
+    def _refuse_busy_port(self, port: int, key: str, who: str = "") -> None:
+        """Refuse a TCP port another process listens on, naming it and the lab key (``nvme.port``) to change."""
+        busy = remote.listening_processes(self.host, port)
+        if busy:
+            raise self._fail(
+                f"TCP port {port} is taken by a process ({busy[0]})",
+                f"stop that process{who} or set {self.where}.{key} to a free port",
+            )
+
     def _create(self, what: str, path: str, fix: str = "") -> bool:
         """``mkdir`` one configfs object: True when this step made it, False when it was already there."""
         try:

@@ -295,12 +295,7 @@ class LioTarget(ConfigfsTarget):
                     f"backing device {lun.path} is already exported by LIO backstore {users[0]} (not fabricqa's)",
                     "remove that backstore or give the lab another device",
                 )
-        busy = remote.listening_processes(self.host, plan.port)
-        if busy:
-            raise self._fail(
-                f"TCP port {plan.port} is taken by a process ({busy[0]})",
-                f"stop that process (tgtd, scst?) or set {self.where}.iscsi.port to a free port",
-            )
+        self._refuse_busy_port(plan.port, "iscsi.port", " (tgtd, scst?)")
 
     def _pick_hbas(self, plan: LioPlan, snap: LioSnapshot) -> dict[int, str]:
         # One HBA per backstore (as rtslib does), at indexes derived from the backstore's name: two sessions with

@@ -142,12 +142,7 @@ class NvmetTarget(ConfigfsTarget):
                     f"remove that port or set {self.where}.nvme.port to a free port",
                 )
             if port.trtype == "tcp":
-                busy = remote.listening_processes(self.host, port.trsvcid)
-                if busy:
-                    raise self._fail(
-                        f"TCP port {port.trsvcid} is taken by a process ({busy[0]})",
-                        f"stop that process or set {self.where}.nvme.port to a free port",
-                    )
+                self._refuse_busy_port(port.trsvcid, "nvme.port")
 
     def _pick_portids(self, plan: NvmetPlan, snap: NvmetSnapshot) -> dict[int, int]:
         # A saved configuration's port ID where it is free; else one derived from the mark and the port's address,
