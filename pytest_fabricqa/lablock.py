@@ -11,7 +11,6 @@ once with one line saying who holds it. /run is a tmpfs: a rebooted host holds n
 from __future__ import annotations
 
 import json
-import os
 import socket
 import time
 from collections.abc import Mapping
@@ -71,14 +70,9 @@ class Holder:
         return (self.machine, self.pid) == (other.machine, other.pid)
 
 
-def controller_pid() -> int:
-    """The pid that stands for the session: the xdist controller for a worker, else this process."""
-    return os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()
-
-
-def me(lab_name: str) -> Holder:
-    """This session as a lock holder."""
-    return Holder(lab_name, socket.gethostname(), controller_pid(), time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+def me(lab_name: str, controller: int) -> Holder:
+    """This session as a lock holder; ``controller`` is the pid of its controlling pytest process."""
+    return Holder(lab_name, socket.gethostname(), controller, time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
 
 def holder_gone(holder: Holder, proc: Path = Path("/proc")) -> bool:

@@ -432,6 +432,7 @@ def lab_session(lab: LabModel, pytestconfig: pytest.Config) -> Iterator[LabSessi
             pytestconfig.rootpath,
             pytestconfig.getini("fabricqa_state_dir") or None,
             log=lambda line: _log(pytestconfig, line),
+            worker=hasattr(pytestconfig, "workerinput"),
         )
     except LabInUse as exc:
         pytest.exit(f"fabricqa: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)

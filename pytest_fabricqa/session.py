@@ -25,34 +25,52 @@ class LabSession:
     state_dir: Path
     virtual_lab: VirtualLab | None = None
     owns_virtual_lab: bool = False
+    worker: bool = False  # an xdist worker: the session's controller is the parent process
 
     @classmethod
     def open(
-        cls, lab: LabModel, rootdir: Path, state_dir: str | None = None, log: Callable[[str], None] = print
+        cls,
+        lab: LabModel,
+        rootdir: Path,
+        state_dir: str | None = None,
+        log: Callable[[str], None] = print,
+        *,
+        worker: bool = False,
     ) -> LabSession:
         """Build the transports for every host of ``lab``; for a virtual lab, boot it (or attach) first.
 
-        Real lab hosts are not contacted here: SSH connections open on first use.
+        ``worker``: this process is an xdist worker (the plugin knows from ``config.workerinput``; an environment
+        variable would also be inherited by a pytest started from inside a worker). Real lab hosts are not
+        contacted here except for the session lock.
         """
         folder = state_folder(rootdir, state_dir)
+        owner = os.getppid() if worker else os.getpid()
         if lab.vlab is None:
-            session = cls(lab, make_hosts(lab), folder)
+            session = cls(lab, make_hosts(lab), folder, worker=worker)
         else:
-            from pytest_fabricqa.vlab_lab import controller_pid, ensure_running
+            from pytest_fabricqa.vlab_lab import ensure_running
 
-            owner = controller_pid()
             virtual, booted = ensure_running(lab, folder, owner, log=log)
             hosts = make_hosts(lab, key=virtual.ssh_key, known_hosts=virtual.known_hosts)
-            session = cls(lab, hosts, folder, virtual, booted and owner == os.getpid())
+            session = cls(lab, hosts, folder, virtual, booted and not worker, worker)
         session._lock(log)
         return session
+
+    @property
+    def controller(self) -> int:
+        """The pid standing for the session (the xdist controller for a worker)."""
+        return os.getppid() if self.worker else os.getpid()
 
     def _lock(self, log: Callable[[str], None]) -> None:
         """Take the lab's session lock on every host; on refusal close everything and re-raise (one line)."""
         from pytest_fabricqa.lablock import LabInUse, acquire, me
 
         try:
-            taken_over = [n for hosts, path in self._lock_places() for n in acquire(hosts, me(self.lab.name), path)]
+            taken_over = [
+                n
+                for hosts, path in self._lock_places()
+                for n in acquire(hosts, me(self.lab.name, self.controller), path)
+            ]
         except LabInUse:
             self.close(release=False)
             raise
@@ -70,12 +88,12 @@ class LabSession:
         The session lock is released here except in an xdist worker: the session ends with its controller, which
         releases it (:func:`release_lock`) once every worker is done.
         """
-        if release and not os.environ.get("PYTEST_XDIST_WORKER"):
+        if release and not self.worker:
             from pytest_fabricqa.lablock import me
             from pytest_fabricqa.lablock import release as release_lock
 
             for hosts, path in self._lock_places():
-                release_lock(hosts, me(self.lab.name), path)
+                release_lock(hosts, me(self.lab.name, self.controller), path)
         for host in self.hosts.values():
             host.close()
         if self.virtual_lab is not None and self.owns_virtual_lab:
@@ -126,7 +144,7 @@ def release_lock(lab: LabModel, state_dir: Path) -> None:
     hosts = make_hosts(lab)
     try:
         for group, path in lock_places(lab, hosts, state_dir):
-            release(group, me(lab.name), path)
+            release(group, me(lab.name, os.getpid()), path)
     finally:
         for host in hosts.values():
             host.close()

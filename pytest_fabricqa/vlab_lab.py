@@ -121,8 +121,3 @@ def stop_if_owner(lab: LabModel, state_dir: Path, owner_pid: int) -> bool:
         running.stop()
         return True
     return False
-
-
-def controller_pid() -> int:
-    """The pid that owns the session's lab: the xdist controller for a worker, else this process."""
-    return os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()
