@@ -72,7 +72,11 @@ def test_a_point_is_one_command_with_logs_and_the_target_sampled_alongside(
     assert point.rounds.spreads["iops"].n == 2 and point.spread_basis == "samples"
     assert "iops_rsd_pct" in point.figures
     assert point.series is not None and set(point.series.hosts) == {"node1", "node2"}
-    assert point.series.cluster and all(w.p99_us for w in point.series.cluster)
+    # Percentiles come from histogram bins: a window whose histogram holds no I/O (fio's last, partial one, seen in
+    # CI on a loaded machine) has none, and must not get an invented one.
+    assert any(w.p99_us for w in point.series.cluster)
+    assert all(w.p99_us for w in point.series.cluster if w.ios)
+    assert all(w.p99_us is None for w in point.series.cluster if not w.ios)
     assert any(name.endswith(".log.127.0.0.2") for name in point.last.logs)
     kept = write_logs(tmp_path / "logs", point.last.logs)
     assert kept and all(p.read_text() for p in kept)

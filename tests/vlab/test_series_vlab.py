@@ -56,7 +56,9 @@ def test_spread_time_series_and_scaling_reach_results_and_report(
         assert spread["figures"]["iops"]["n"] == 2 and "iops_rsd_pct" in case["figures"]
         series = case["extras"]["timeseries"]
         assert set(series["hosts"]) == {"vnode1", "vnode2"} and series["cluster"], series.get("notes")
-        assert all(w["p99_us"] for w in series["cluster"])
+        # A window whose histogram holds no I/O (fio's last, partial one) has no percentile, never an invented one.
+        assert any(w["p99_us"] for w in series["cluster"])
+        assert all(w["p99_us"] for w in series["cluster"] if w.get("ios"))
         kept = [report / f for f in case["extras"]["timeseries_files"]]
         assert kept and all(p.is_file() and p.stat().st_size for p in kept)
         assert any(p.name.endswith(".log.10.10.10.18") for p in kept)  # vnode2's logs, named after its address
