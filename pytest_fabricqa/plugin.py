@@ -6,7 +6,7 @@ Without ``--lab`` the plugin does nothing: its fixtures exist but nothing parame
 from __future__ import annotations
 
 import argparse
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,26 +43,21 @@ def _protocol_option(value: str) -> str:
     return value
 
 
-def _positive_int(value: str) -> int:
-    """argparse type for a whole number of seconds >= 1."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of seconds") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value!r}: give at least 1 second")
-    return number
+def _at_least_one(unit: str) -> Callable[[str], int]:
+    """An argparse type for a whole number >= 1 of ``unit`` ("second" for durations, "" for a count)."""
+    whole = f"a whole number of {unit}s" if unit else "a whole number"
+    least = f"1 {unit}" if unit else "1"
 
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not {whole}") from None
+        if number < 1:
+            raise argparse.ArgumentTypeError(f"{value!r}: give at least {least}")
+        return number
 
-def _positive_count(value: str) -> int:
-    """argparse type for a whole number >= 1 (a count)."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value!r}: give at least 1")
-    return number
+    return parse
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -85,13 +80,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--fio-runtime",
-        type=_positive_int,
+        type=_at_least_one("second"),
         metavar="SECONDS",
         help="run every fio workload for this long (quick runs); overrides the lab file and the workload",
     )
     group.addoption(
         "--fio-samples",
-        type=_positive_count,
+        type=_at_least_one(""),
         metavar="K",
         help="run every point K times and report the mean and the spread (RSD); overrides workloads.samples",
     )

@@ -75,6 +75,13 @@ class ConfigfsTarget:
         snap = self.snapshot()
         return self._ours(snap)[:-1] if snap.loaded else ()
 
+    def _drop_stale_state(self, has_state: bool) -> list[str]:
+        """The end of a stale clean-up: remove a killed run's state file, if there is one; one sentence if so."""
+        if not has_state:
+            return []
+        remote.remove_state(self.host, self.state_file)
+        return [f"{self.host.name}: removed the stale state file {self.state_file}"]
+
     def _remove_state_if_clean(self) -> None:
         """The last undo: drop the state file, unless objects it lists survived the teardown (the leftovers gate
         reports them, and the next run needs the file to know they are ours)."""

@@ -460,10 +460,7 @@ class LioTarget(ConfigfsTarget):
                     removed.append(f"{self.host.name}: removed LIO HBA {hba}")
         else:
             has_state = remote.read_state(self.host, self.state_file) is not None
-        if has_state:
-            remote.remove_state(self.host, self.state_file)
-            removed.append(f"{self.host.name}: removed the stale state file {self.state_file}")
-        return removed
+        return removed + self._drop_stale_state(has_state)
 
     def leftovers(self) -> list[str]:
         """Targets, backstores and HBAs this plugin created that are still there, and its state file."""

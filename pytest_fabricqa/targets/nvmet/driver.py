@@ -280,10 +280,7 @@ class NvmetTarget(ConfigfsTarget):
         """Remove the ports, subsystems and host entries an earlier run recorded (or marked), then its state file."""
         snap = self.snapshot()
         if not snap.loaded:
-            if remote.read_state(self.host, self.state_file) is not None:
-                remote.remove_state(self.host, self.state_file)
-                return [f"{self.host.name}: removed the stale state file {self.state_file}"]
-            return []
+            return self._drop_stale_state(remote.read_state(self.host, self.state_file) is not None)
         ports, subsystems, hosts, has_state = self._ours(snap)
         removed: list[str] = []
         for portid in ports:
@@ -301,10 +298,7 @@ class NvmetTarget(ConfigfsTarget):
             )
             if result.ok:
                 removed.append(f"{self.host.name}: removed nvmet host entry {nqn}")
-        if has_state:
-            remote.remove_state(self.host, self.state_file)
-            removed.append(f"{self.host.name}: removed the stale state file {self.state_file}")
-        return removed
+        return removed + self._drop_stale_state(has_state)
 
     def leftovers(self) -> list[str]:
         """Ports, subsystems and host entries this plugin created that are still there, and its state file."""
