@@ -21,11 +21,9 @@ from pytest_fabricqa.thresholds import Thresholds, unmatched
 from pytest_fabricqa.workloads import load_matrix, selected_names
 
 PROTOCOLS: tuple[str, ...] = ("nvme-tcp", "nvme-rdma", "iscsi", "iser")
-TARGET_KINDS: tuple[str, ...] = ("nvmet", "lio", "spdk", "scst", "tgt", "external")
 ROLES: tuple[str, ...] = ("target", "initiator", "db")
 
 Protocol = Literal["nvme-tcp", "nvme-rdma", "iscsi", "iser"]
-TargetKind = Literal["nvmet", "lio", "spdk", "scst", "tgt", "external"]
 Role = Literal["target", "initiator", "db"]
 
 # NVMe base spec 1.4, 7.9: "nqn.yyyy-mm.reverse-domain:..." or the UUID form, at most 223 bytes.
@@ -182,9 +180,11 @@ class IscsiExport(_Model):
 
 
 class TargetModel(_Model):
-    """A storage target: its kind, the host it runs on, the protocols it serves and what it exports."""
+    """A storage target: its name (default: its kind), its kind, the host it runs on, the protocols it serves
+    and what it exports. The kinds and what each can serve are :data:`pytest_fabricqa.targets.REGISTRY`."""
 
-    kind: TargetKind
+    name: str = ""
+    kind: str
     host: str | None = None
     address: str | None = None
     protocols: tuple[Protocol, ...]
@@ -192,6 +192,28 @@ class TargetModel(_Model):
     nvme: NvmeExport | None = None
     iscsi: IscsiExport | None = None
     name_prefix: str = "fabricqa"
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, value: str) -> str:
+        from pytest_fabricqa.targets import REGISTRY  # the targets package imports this module
+
+        if value not in REGISTRY:
+            raise ValueError(f"{value!r} is not a target kind; allowed: {', '.join(REGISTRY)}")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if value and not NAME_RE.match(value):
+            raise ValueError(f"target name {value!r} may hold only letters, digits, '.', '_' and '-'")
+        return value
+
+    @model_validator(mode="after")
+    def _default_name(self) -> TargetModel:
+        if not self.name:
+            object.__setattr__(self, "name", self.kind)  # frozen: the default is set once, at load time
+        return self
 
     @model_validator(mode="after")
     def _exports(self) -> TargetModel:

@@ -13,19 +13,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from pytest_fabricqa.lab import LabError, LabModel
-from pytest_fabricqa.protocols import protocol as protocol_spec
+from pytest_fabricqa.targets import REGISTRY, kinds_serving
 
 Key = tuple[str, ...]
-
-# Which protocol family each target kind speaks ("nvme" or "scsi"; an external array may speak any).
-TARGET_FAMILIES: dict[str, str | None] = {
-    "nvmet": "nvme",
-    "spdk": "nvme",
-    "lio": "scsi",
-    "scst": "scsi",
-    "tgt": "scsi",
-    "external": None,
-}
 
 
 def check_lab(lab: LabModel, path: Path, lines: Mapping[Key, int] | None = None) -> None:
@@ -58,13 +48,13 @@ def _target_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
                 f"host {target.host!r} runs a {target.kind} target but does not have the target role; "
                 f"add 'target' to hosts.{target.host}.roles",
             )
-        family = TARGET_FAMILIES.get(target.kind)
+        serves = REGISTRY[target.kind].serves
         for j, served in enumerate(target.protocols):
-            if family is not None and protocol_spec(served).family != family:
+            if served not in serves:
                 yield (
                     (*at, "protocols", str(j)),
-                    f"a {target.kind} target cannot serve {served} (it speaks {family.upper()}); move {served} to a "
-                    f"target of kind {_kinds_for(protocol_spec(served).family)} or remove it",
+                    f"a {target.kind} target cannot serve {served} ({target.kind} serves {', '.join(serves)}); "
+                    f"serve {served} from a target of kind {' or '.join(kinds_serving(served))}, or remove it",
                 )
         by_path: dict[str, str] = {}
         for name, device in target.devices.items():
@@ -91,6 +81,16 @@ def _target_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
 
 
 def _name_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
+    named: dict[str, int] = {}
+    for i, target in enumerate(lab.targets):
+        first = named.setdefault(target.name, i)
+        if first != i:
+            yield (
+                ("targets", str(i), "name"),
+                f"target name {target.name!r} is used by targets[{first}] ({lab.targets[first].kind}) and "
+                f"targets[{i}] ({target.kind}); give each target its own 'name' (a target's name defaults to its "
+                "kind)",
+            )
     nqns: list[tuple[Key, str]] = []
     iqns: list[tuple[Key, str]] = []
     for i, target in enumerate(lab.targets):
@@ -211,10 +211,6 @@ def _repeats(items: Sequence[tuple[Key, str]]) -> Iterator[tuple[Key, str]]:
         if value in seen:
             yield key, value
         seen.add(value)
-
-
-def _kinds_for(family: str) -> str:
-    return " or ".join(kind for kind, fam in TARGET_FAMILIES.items() if fam in (family, None))
 
 
 def _line(lines: Mapping[Key, int], key: Key) -> int | None:

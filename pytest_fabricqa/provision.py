@@ -215,7 +215,8 @@ def _target_drivers(lab: LabModel, hosts: Mapping[str, Host]) -> list[Target]:
 
     drivers: list[Target] = []
     for model in lab.targets:
-        if model.host is None or REGISTRY.get(model.kind) is None or model.host not in hosts:
+        kind = REGISTRY.get(model.kind)
+        if model.host is None or kind is None or kind.driver is None or model.host not in hosts:
             continue
         drivers.append(load_target(lab, model, hosts))
     return drivers

@@ -1,41 +1,72 @@
 """Target kinds, found by name: one module per kind, loaded only when a lab uses it.
 
 Adding a kind (SPDK over JSON-RPC, SCST, tgt) is one new module with a class satisfying
-:class:`~pytest_fabricqa.targets.base.Target` and one line in :data:`REGISTRY`.
+:class:`~pytest_fabricqa.targets.base.Target` and one line in :data:`REGISTRY`: the driver's class path and the
+protocols the kind serves. That line is the only place saying which kinds exist and what each serves: the lab
+file's ``kind`` is checked against it, and so is every protocol a target is asked to serve (at load time).
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from pytest_fabricqa.lab import LabModel, TargetModel
 from pytest_fabricqa.targets.base import Export, ExportedUnit, ProvisionError, Target, UndoStack, target_index
 from pytest_fabricqa.transport.base import Host
 
-# kind -> "module:Class"; None marks a kind the lab format knows but this plugin does not drive yet.
-REGISTRY: dict[str, str | None] = {
-    "nvmet": "pytest_fabricqa.targets.nvmet:NvmetTarget",
-    "lio": "pytest_fabricqa.targets.lio:LioTarget",
-    "external": "pytest_fabricqa.targets.external:ExternalTarget",
-    "spdk": None,
-    "scst": None,
-    "tgt": None,
+
+@dataclass(frozen=True)
+class Kind:
+    """A target kind: its driver (``"module:Class"``; None while the lab format knows the kind but this plugin
+    does not drive it yet) and the protocols it can serve."""
+
+    driver: str | None
+    serves: tuple[str, ...]
+
+
+NVME_OF: tuple[str, ...] = ("nvme-tcp", "nvme-rdma")
+SCSI: tuple[str, ...] = ("iscsi", "iser")
+
+REGISTRY: dict[str, Kind] = {
+    "nvmet": Kind("pytest_fabricqa.targets.nvmet:NvmetTarget", NVME_OF),
+    "spdk": Kind(None, NVME_OF),
+    "lio": Kind("pytest_fabricqa.targets.lio:LioTarget", SCSI),
+    "scst": Kind(None, SCSI),
+    "tgt": Kind(None, SCSI),
+    "external": Kind("pytest_fabricqa.targets.external:ExternalTarget", (*NVME_OF, *SCSI)),
 }
 
-__all__ = ["REGISTRY", "Export", "ExportedUnit", "ProvisionError", "Target", "UndoStack", "load_target"]
+__all__ = [
+    "REGISTRY",
+    "Export",
+    "ExportedUnit",
+    "Kind",
+    "ProvisionError",
+    "Target",
+    "UndoStack",
+    "kinds_serving",
+    "load_target",
+]
+
+
+def kinds_serving(protocol: str) -> list[str]:
+    """The kinds that can serve ``protocol``, in registry order."""
+    return [name for name, kind in REGISTRY.items() if protocol in kind.serves]
 
 
 def load_target(lab: LabModel, model: TargetModel, hosts: Mapping[str, Host]) -> Target:
     """The driver for ``model`` (a target of ``lab``), bound to its host's transport."""
     where = f"lab {lab.name!r} targets[{target_index(lab, model)}].kind"
-    path = REGISTRY.get(model.kind)
+    kind = REGISTRY.get(model.kind)
+    path = kind.driver if kind is not None else None
     if path is None:
         raise ProvisionError(
             model.host or model.address or lab.name,
             f"target kind {model.kind!r} ({where}) is not implemented yet",
             f"use kind nvmet, lio or external (an array provisioned by hand) for now; supported: "
-            f"{', '.join(k for k, v in REGISTRY.items() if v)}",
+            f"{', '.join(k for k, v in REGISTRY.items() if v.driver)}",
         )
     module_name, class_name = path.split(":")
     cls = getattr(importlib.import_module(module_name), class_name)

@@ -123,7 +123,9 @@ def test_invalid_lab_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x():\n    pass\n")
     result = pytester.runpytest_subprocess(f"--lab={lab}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: *broken.yaml:*: targets[[]0[]].kind: 'netapp' is not allowed; allowed: *"])
+    result.stderr.fnmatch_lines(
+        ["ERROR: *broken.yaml:*: targets[[]0[]].kind: 'netapp' is not a target kind; allowed: *"]
+    )
     assert "Traceback" not in result.stderr.str()
 
 

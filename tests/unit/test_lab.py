@@ -94,7 +94,7 @@ BAD = [
     (
         "unknown-target-kind",
         GOOD.replace("kind: nvmet", "kind: netapp"),
-        r"lab\.yaml:\d+: targets\[0\]\.kind: 'netapp' is not allowed; allowed: 'nvmet', 'lio', 'spdk'",
+        r"lab\.yaml:\d+: targets\[0\]\.kind: 'netapp' is not a target kind; allowed: nvmet, spdk, lio",
     ),
     (
         "unknown-role",

@@ -59,8 +59,21 @@ CASES = {
     ),
     "lio-serving-nvme": (
         _swap(VLAB, "  - kind: nvmet\n", "  - kind: lio\n"),
-        r"targets\[0\]\.protocols\[0\]: a lio target cannot serve nvme-tcp \(it speaks SCSI\); move nvme-tcp to a "
-        r"target of kind nvmet or spdk or external or remove it",
+        r"targets\[0\]\.protocols\[0\]: a lio target cannot serve nvme-tcp \(lio serves iscsi, iser\); serve "
+        r"nvme-tcp from a target of kind nvmet or spdk or external, or remove it",
+    ),
+    "tgt-serving-nvme": (
+        _swap(VLAB, "  - kind: nvmet\n", "  - kind: tgt\n"),
+        r"targets\[0\]\.protocols\[0\]: a tgt target cannot serve nvme-tcp \(tgt serves iscsi, iser\)",
+    ),
+    "two-targets-one-name": (
+        _swap(VLAB, "  - kind: lio\n", "  - kind: lio\n    name: nvmet\n"),
+        r"targets\[1\]\.name: target name 'nvmet' is used by targets\[0\] \(nvmet\) and targets\[1\] \(lio\); "
+        r"give each target its own 'name'",
+    ),
+    "unknown-kind": (
+        _swap(VLAB, "  - kind: lio\n", "  - kind: iet\n"),
+        r"targets\[1\]\.kind: 'iet' is not a target kind; allowed: nvmet, spdk, lio, scst, tgt, external$",
     ),
     "no-initiator": (
         VLAB.replace("roles: [initiator]", "roles: [db]"),
