@@ -179,6 +179,47 @@ class IscsiExport(_Model):
         return value
 
 
+VdiskHandler = Literal["vdisk_blockio", "vdisk_fileio"]
+
+
+class ScstDevice(_Model):
+    """How SCST serves one lab device: its vdisk handler and ``nv_cache`` (the target-wide ones when unset)."""
+
+    handler: VdiskHandler | None = None
+    nv_cache: bool | None = None
+
+
+class ScstSettings(_Model):
+    """SCST specifics (``kind: scst``), with SCST's own names where it has them.
+
+    ``handler`` is the vdisk handler of every device (``vdisk_blockio`` for block devices; ``vdisk_fileio`` serves
+    files too, as seed 000 served its OCR and voting LUNs) and ``nv_cache`` its cache mode; ``devices.NAME``
+    overrides both for one device. ``queued_commands`` is the iSCSI target's QueuedCommands (SCST's 32 when
+    unset; its README.iser advises 128 for iSER, as seed 000 set). ``daemon`` says whether iscsi-scstd runs
+    already (``attach``) or the plugin starts it for the fabric and stops it afterwards (``start``; the
+    ``binary`` it runs).
+    """
+
+    handler: VdiskHandler = "vdisk_blockio"
+    nv_cache: bool = False
+    devices: dict[str, ScstDevice] = {}
+    queued_commands: int | None = Field(None, ge=1, le=2048)
+    daemon: Literal["attach", "start"] = "attach"
+    binary: str = "iscsi-scstd"
+
+
+class TgtSettings(_Model):
+    """tgt specifics (``kind: tgt``): the backing-store type of every LUN (``rdwr``: read/write through the page
+    cache, tgt's default; ``aio``: Linux native AIO), tgtd's management ``control_port`` (tgtadm -C; 0 is the
+    default daemon), and whether tgtd runs already (``daemon: attach``) or the plugin starts it on the portal for
+    the fabric and stops it afterwards (``start``; the ``binary`` it runs)."""
+
+    bstype: Literal["rdwr", "aio"] = "rdwr"
+    control_port: int = Field(0, ge=0, le=32767)  # tgtd keeps it in a short
+    daemon: Literal["attach", "start"] = "attach"
+    binary: str = "tgtd"
+
+
 class TargetModel(_Model):
     """A storage target: its name (default: its kind), its kind, the host it runs on, the protocols it serves
     and what it exports. The kinds and what each can serve are :data:`pytest_fabricqa.targets.REGISTRY`."""
@@ -191,6 +232,8 @@ class TargetModel(_Model):
     devices: dict[str, Device] = {}
     nvme: NvmeExport | None = None
     iscsi: IscsiExport | None = None
+    scst: ScstSettings | None = None
+    tgt: TgtSettings | None = None
     name_prefix: str = "fabricqa"
 
     @field_validator("kind")
@@ -223,6 +266,15 @@ class TargetModel(_Model):
             raise ValueError("serves iscsi or iser but has no 'iscsi' section (iqn, port, luns)")
         if self.iscsi is not None and self.iscsi.cmdsn_depth is not None and self.kind != "lio":
             raise ValueError(f"iscsi.cmdsn_depth is LIO's default_cmdsn_depth; a {self.kind} target cannot take it")
+        for section in ("scst", "tgt"):
+            if getattr(self, section) is not None and self.kind != section:
+                raise ValueError(
+                    f"'{section}' holds settings of {section} targets; a {self.kind} target cannot take it"
+                )
+        if self.scst is not None:
+            for name in self.scst.devices:
+                if name not in self.devices:
+                    raise ValueError(f"scst.devices names {name!r}, which is not under 'devices'")
         if self.kind == "external" and not self.address:
             raise ValueError("an external target needs 'address' (its portal on the storage network)")
         if self.kind != "external" and not self.host:

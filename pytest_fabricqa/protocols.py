@@ -55,7 +55,11 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
         "tcp",
         ("fio", "iscsiadm"),
         ("iscsi_tcp", "sd_mod"),
-        {"lio": ("target_core_mod", "target_core_iblock", "iscsi_target_mod")},
+        {
+            "lio": ("target_core_mod", "target_core_iblock", "iscsi_target_mod"),
+            "scst": ("scst", "scst_vdisk", "iscsi_scst"),
+            "tgt": (),  # tgtd is user space: iSCSI/TCP needs no module of its own
+        },
     ),
     "iser": ProtocolSpec(
         "iser",
@@ -64,7 +68,12 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
         "iser",
         ("fio", "iscsiadm"),
         ("ib_iser", "sd_mod"),
-        {"lio": ("target_core_mod", "target_core_iblock", "iscsi_target_mod", "ib_isert")},
+        {
+            "lio": ("target_core_mod", "target_core_iblock", "iscsi_target_mod", "ib_isert"),
+            "scst": ("scst", "scst_vdisk", "iscsi_scst", "isert_scst"),
+            # tgtd's iser driver reaches RDMA through libibverbs and librdmacm: their kernel halves.
+            "tgt": ("ib_uverbs", "rdma_ucm"),
+        },
     ),
 }
 

@@ -10,6 +10,7 @@ APT_PACKAGES=(
   qemu-system-x86 qemu-utils vde2 mmdebstrap cpio zstd kmod
   openssh-client openssh-server
   fio nvme-cli iproute2 util-linux e2fsprogs fdisk lvm2
+  tgt  # tests/integration/test_tgt_local.py drives a tgtd of its own on loopback
 )
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

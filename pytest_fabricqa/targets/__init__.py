@@ -34,7 +34,7 @@ REGISTRY: dict[str, Kind] = {
     "spdk": Kind(None, NVME_OF),
     "lio": Kind("pytest_fabricqa.targets.lio:LioTarget", SCSI),
     "scst": Kind(None, SCSI),
-    "tgt": Kind(None, SCSI),
+    "tgt": Kind("pytest_fabricqa.targets.tgt:TgtTarget", SCSI),
     "external": Kind("pytest_fabricqa.targets.external:ExternalTarget", (*NVME_OF, *SCSI)),
 }
 

@@ -1,0 +1,445 @@
+"""The Linux SCSI target framework (Debian's ``tgt``): iSCSI and iSER through ``tgtadm`` against a running ``tgtd``.
+
+tgtd is a user-space daemon. The lab says whether it runs already (``tgt.daemon: attach``, the default: the host's
+tgt service) or the plugin starts it for the fabric (``start``: listening on the lab's portal only, stopped after
+the fabric). A target is created with the lab's IQN under a target ID (tid) derived from the mark, far from the low
+numbers tgt-admin and hand-made targets use; LUNs from 1 (tgt keeps LUN 0 for its controller), each with its
+backing store and a unit serial (``--params scsi_sn=``); ACLs bind the lab's initiator IQNs, or every initiator.
+
+Ownership: the state file ``/run/fabricqa/<name_prefix>-tgt.json`` lists every (tid, IQN) this plugin is about to
+create, written before the first one exists; a target counts as ours when the state file lists it with that IQN,
+or when its IQN is the lab's and every LUN of it carries a serial this plugin derives (a run whose state file was
+lost). A tgtd the plugin started is known by its pid file, ``/run/fabricqa/<name_prefix>-tgtd.pid``. Anything else
+is never touched; tgtd itself refuses to stop while it serves targets, so a foreign target keeps the daemon up.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from pytest_fabricqa.lab import LabModel, TargetModel, TgtSettings
+from pytest_fabricqa.protocols import protocol as protocol_spec
+from pytest_fabricqa.targets import remote
+from pytest_fabricqa.targets.base import Export, ProvisionError, UndoStack, command_tail, mark_number
+from pytest_fabricqa.targets.configfs import ConfigfsTarget
+from pytest_fabricqa.targets.scsi import ScsiPlan, daemon_pid, plan_from_lab, unit_serial
+from pytest_fabricqa.transport.base import CommandError, CommandResult, Host
+
+# Target IDs are derived from the mark in this range (tgt-admin and hand-made targets number from 1 up).
+TIDS = (10_000, 1_000_000)
+TID_TRIES = 16
+FIRST_LUN = 1  # LUN 0 is tgt's controller
+START_TIMEOUT_S = 15.0
+# tgtadm's answer when the daemon is not there (errno ENOTCONN on its management socket).
+NOT_RUNNING_EXIT = 107
+
+_TARGET = re.compile(r"^Target (\d+): (\S+)$")
+_LUN = re.compile(r"^LUN: (\d+)$")
+_FIELD = re.compile(r"^([A-Za-z][A-Za-z /_-]*): ?(.*)$")
+_LLD = re.compile(r"^(\w+): (\w+)$")
+
+
+@dataclass
+class TgtLun:
+    """One logical unit as ``tgtadm --op show`` lists it."""
+
+    lun: int
+    kind: str = ""  # "controller", "disk"
+    serial: str = ""
+    bstype: str = ""
+    path: str = ""
+
+
+@dataclass
+class TgtTargetInfo:
+    """One target as ``tgtadm --op show`` lists it."""
+
+    tid: int
+    iqn: str
+    driver: str = ""
+    state: str = ""
+    nexuses: int = 0
+    luns: dict[int, TgtLun] = field(default_factory=dict)
+    acls: list[str] = field(default_factory=list)
+
+    def disk_serials(self) -> list[str]:
+        """The unit serials of every LUN but the controller."""
+        return [lun.serial for lun in self.luns.values() if lun.kind != "controller"]
+
+
+@dataclass
+class TgtSnapshot:
+    """Every target of one tgtd (``loaded`` is False when no tgtd answers)."""
+
+    loaded: bool = True
+    targets: dict[int, TgtTargetInfo] = field(default_factory=dict)
+
+    def tid_of(self, iqn: str) -> int | None:
+        """The tid of the target named ``iqn``, if any."""
+        return next((t.tid for t in self.targets.values() if t.iqn == iqn), None)
+
+
+def parse_show(text: str) -> TgtSnapshot:
+    """``tgtadm --mode target --op show`` output -> targets (all drivers: tgtd lists iscsi and iser alike)."""
+    snap = TgtSnapshot()
+    target: TgtTargetInfo | None = None
+    lun: TgtLun | None = None
+    section = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if match := _TARGET.match(raw):
+            target = TgtTargetInfo(int(match[1]), match[2])
+            snap.targets[target.tid] = target
+            lun, section = None, ""
+            continue
+        if target is None:
+            continue
+        if line.endswith("information:") and raw.startswith("    ") and not raw.startswith("     "):
+            section, lun = line.removesuffix(" information:"), None
+            continue
+        if section == "ACL":
+            target.acls.append(line)
+        elif section == "I_T nexus" and line.startswith("I_T nexus:"):
+            target.nexuses += 1
+        elif section == "LUN":
+            if match := _LUN.match(line):
+                lun = TgtLun(int(match[1]))
+                target.luns[lun.lun] = lun
+            elif lun is not None and (match := _FIELD.match(line)):
+                key, value = match[1], match[2].strip()
+                if key == "Type":
+                    lun.kind = value
+                elif key == "SCSI SN":
+                    lun.serial = value
+                elif key == "Backing store type":
+                    lun.bstype = value
+                elif key == "Backing store path":
+                    lun.path = "" if value == "None" else value
+        elif section == "System" and (match := _FIELD.match(line)):
+            if match[1] == "Driver":
+                target.driver = match[2].strip()
+            elif match[1] == "State":
+                target.state = match[2].strip()
+    return snap
+
+
+def parse_lld_states(text: str) -> dict[str, str]:
+    """``tgtadm --mode sys --op show`` -> each low-level driver's state ({"iscsi": "ready", "iser": "error"})."""
+    states: dict[str, str] = {}
+    in_llds = False
+    for raw in text.splitlines():
+        if not raw.startswith(" "):
+            in_llds = raw.strip() == "LLDs:"
+            continue
+        if in_llds and (match := _LLD.match(raw.strip())):
+            states[match[1]] = match[2]
+    return states
+
+
+class TgtTarget(ConfigfsTarget):
+    """tgt on a lab host, driven with tgtadm over the host's transport.
+
+    It shares the configfs kinds' base for what is not configfs at all -- the host, the lab key for messages,
+    one-line failures and the state file -- rather than copying those.
+    """
+
+    kind = "tgt"
+
+    def __init__(self, lab: LabModel, model: TargetModel, hosts: Mapping[str, Host]) -> None:
+        assert model.iscsi is not None
+        super().__init__(lab, model, hosts)
+        self.settings = model.tgt or TgtSettings()
+        self.pid_file = f"{remote.STATE_DIR}/{model.name_prefix}-tgtd.pid"
+
+    # -- tgtadm -----------------------------------------------------------------------------------------------
+    def adm(self, *args: str) -> list[str]:
+        """A tgtadm command line on this target's control port."""
+        return ["tgtadm", "--control-port", str(self.settings.control_port), *args]
+
+    def _adm(self, *args: str, check: bool = False) -> CommandResult:
+        return self.host.run(self.adm(*args), check=check)
+
+    def snapshot(self) -> TgtSnapshot:
+        """Every target tgtd serves, in one command; ``loaded`` False when no tgtd answers."""
+        result = self._adm("--lld", "iscsi", "--mode", "target", "--op", "show")
+        if not result.ok:
+            if result.exit_code == NOT_RUNNING_EXIT or "not connected" in result.stderr:
+                return TgtSnapshot(loaded=False)
+            raise CommandError(result, "could not list tgt targets")
+        return parse_show(result.stdout)
+
+    def lld_states(self) -> dict[str, str] | None:
+        """Each tgtd driver's state, or None when no tgtd answers."""
+        result = self._adm("--mode", "sys", "--op", "show")
+        return parse_lld_states(result.stdout) if result.ok else None
+
+    # -- provision ------------------------------------------------------------------------------------------
+    def provision(self, protocol: str, undo: UndoStack) -> Export:
+        """Start or find tgtd, create the target under a derived tid, its LUNs with serials, and its ACLs."""
+        spec = protocol_spec(protocol)
+        if "tgt" not in spec.target_modules:
+            raise self._fail(f"tgt does not serve {protocol}", f"serve {protocol} with another target kind")
+        plan = plan_from_lab(self.lab, self.model, protocol, FIRST_LUN)
+        lld = "iser" if plan.iser else "iscsi"
+        state: dict[str, Any] = {"kind": "tgt", "owner": f"pid {os.getpid()}", "targets": []}
+        undo.push(f"remove {self.state_file}", self._remove_state_if_clean)
+        if self.settings.daemon == "start":
+            self._start_daemon(plan, undo)
+        states = self.lld_states()
+        if states is None:
+            raise self._fail(
+                f"tgtd is not running (no answer on control port {self.settings.control_port})",
+                f"start it (systemctl start tgt) or set {self.where}.tgt.daemon: start",
+            )
+        if states.get(lld) != "ready":
+            raise self._fail(
+                f"tgtd's {lld} driver is {states.get(lld, 'missing')}, not ready",
+                "load the RDMA modules (rdma_ucm, ib_uverbs) and add an RDMA link before tgtd starts, then restart it"
+                if lld == "iser"
+                else "restart tgtd",
+            )
+        snap = self.snapshot()
+        self._check(plan, snap)
+        if not plan.iser:
+            self._check_portal(plan)
+        tid = self._next_tid(plan, snap, set())
+        state["targets"] = [{"tid": tid, "iqn": plan.iqn}]
+        remote.write_state(self.host, self.state_file, state)
+        tid = self._make_target(plan, lld, tid, snap, undo, state)
+        for lun in plan.luns:
+            self._tgtadm(
+                f"cannot add LUN {lun.lun} ({lun.path}) to {plan.iqn}",
+                "--lld", lld, "--mode", "logicalunit", "--op", "new", "--tid", str(tid), "--lun", str(lun.lun),
+                "--backing-store", lun.path, "--bstype", self.settings.bstype,
+                fix=f"check that {lun.path} exists and is not held exclusively ({self.where}.devices.{lun.backing})",
+            )  # fmt: skip
+            self._tgtadm(
+                f"cannot set the unit serial of LUN {lun.lun} of {plan.iqn}",
+                "--lld", lld, "--mode", "logicalunit", "--op", "update", "--tid", str(tid), "--lun", str(lun.lun),
+                "--params", f"scsi_sn={lun.serial}",
+            )  # fmt: skip
+        for initiator in plan.acls or ("ALL",):
+            option = "--initiator-address" if initiator == "ALL" else "--initiator-name"
+            self._tgtadm(
+                f"cannot admit {initiator} to {plan.iqn}",
+                "--lld", lld, "--mode", "target", "--op", "bind", "--tid", str(tid), option, initiator,
+            )  # fmt: skip
+        return plan.export(protocol, self.host.name)
+
+    def _tgtadm(self, what: str, *args: str, fix: str = "") -> None:
+        try:
+            self._adm(*args, check=True)
+        except CommandError as exc:
+            raise self._fail(f"{what} ({command_tail(exc)})", fix or "see tgtd's messages in the system log") from None
+
+    def _check(self, plan: ScsiPlan, snap: TgtSnapshot) -> None:
+        tid = snap.tid_of(plan.iqn)
+        if tid is not None:
+            raise self._fail(
+                f"tgt target {plan.iqn} (tid {tid}) already exists and was not created by fabricqa",
+                f"remove it (tgtadm --lld iscsi --mode target --op delete --tid {tid}) or use another IQN in "
+                f"{self.where}.iscsi.iqn",
+            )
+        for lun in plan.luns:
+            if not self.host.run(["test", "-b", lun.path, "-o", "-f", lun.path], check=False).ok:
+                raise self._fail(
+                    f"backing device {lun.backing} ({lun.path}) does not exist",
+                    f"fix {self.where}.devices.{lun.backing}.path in the lab file or attach the device",
+                )
+
+    def _check_portal(self, plan: ScsiPlan) -> None:
+        """tgtd must listen for iSCSI/TCP on the lab's portal (or on every address at its port)."""
+        out = self._adm("--lld", "iscsi", "--mode", "portal", "--op", "show").stdout
+        portals = [
+            line.split(":", 1)[1].strip().rsplit(",", 1)[0] for line in out.splitlines() if line.startswith("Portal:")
+        ]
+        wanted = {plan.portal, f"0.0.0.0:{plan.port}", f"[::]:{plan.port}"}
+        if not wanted & set(portals):
+            raise self._fail(
+                f"tgtd does not listen on {plan.portal} (its portals: {', '.join(portals) or 'none'})",
+                f"add it (tgtadm --lld iscsi --mode portal --op new --param portal={plan.portal}) or set "
+                f"{self.where}.tgt.daemon: start",
+            )
+
+    def _next_tid(self, plan: ScsiPlan, snap: TgtSnapshot, tried: set[int]) -> int:
+        low, high = TIDS
+        start = mark_number(self.model.name_prefix, plan.iqn, low, high)
+        for step in range(high - low):
+            tid = low + (start - low + step) % (high - low)
+            if tid not in snap.targets and tid not in tried:
+                return tid
+        raise self._fail("no free tgt target ID", "remove unused tgt targets")
+
+    def _make_target(
+        self, plan: ScsiPlan, lld: str, tid: int, snap: TgtSnapshot, undo: UndoStack, state: dict[str, Any]
+    ) -> int:
+        """Create the target; the tid used (the planned one may have been taken since the snapshot)."""
+        tried: set[int] = set()
+        while True:
+            discard = undo.push(f"remove tgt target {plan.iqn} (tid {tid})", partial(self.remove_target, tid, plan.iqn))
+            result = self._adm(
+                "--lld", lld, "--mode", "target", "--op", "new", "--tid", str(tid), "--targetname", plan.iqn
+            )
+            if result.ok:
+                return tid
+            discard()
+            if "already exists" not in result.stderr:
+                raise self._fail(
+                    f"cannot create tgt target {plan.iqn} (tid {tid}) ({command_tail(CommandError(result))})",
+                    "see tgtd's messages in the system log",
+                )
+            # The tid or the name was taken since the snapshot: a name taken is someone else's target.
+            now = self.snapshot()
+            if now.tid_of(plan.iqn) is not None:
+                state["targets"] = []
+                remote.write_state(self.host, self.state_file, state)
+                raise self._fail(
+                    f"tgt target {plan.iqn} appeared while fabricqa was creating it (another session or tool)",
+                    f"let the other session finish, or use another IQN in {self.where}.iscsi.iqn",
+                )
+            tried.add(tid)
+            if len(tried) >= TID_TRIES:
+                raise self._fail(
+                    f"tgt target IDs {', '.join(map(str, sorted(tried)))} were each taken while fabricqa created them",
+                    "another session or tool is creating tgt targets on this host; run one at a time",
+                )
+            tid = self._next_tid(plan, now, tried)
+            state["targets"] = [{"tid": tid, "iqn": plan.iqn}]
+            remote.write_state(self.host, self.state_file, state)
+
+    def remove_target(self, tid: int, iqn: str) -> None:
+        """Delete target ``tid`` if it is still the one named ``iqn`` (idempotent; ``--force`` ends sessions)."""
+        snap = self.snapshot()
+        target = snap.targets.get(tid)
+        if not snap.loaded or target is None or target.iqn != iqn:
+            return
+        self._adm(
+            "--lld",
+            target.driver or "iscsi",
+            "--mode",
+            "target",
+            "--op",
+            "delete",
+            "--force",
+            "--tid",
+            str(tid),
+            check=True,
+        )
+
+    # -- the daemon -----------------------------------------------------------------------------------------
+    def _start_daemon(self, plan: ScsiPlan, undo: UndoStack) -> None:
+        if self.daemon_pid() is not None:
+            # Started by an earlier run and kept up by someone else's target since: ours to use and to stop.
+            undo.push(f"stop the tgtd fabricqa started ({self.pid_file})", self.stop_daemon)
+            return
+        if self.lld_states() is not None:
+            raise self._fail(
+                f"a tgtd already answers on control port {self.settings.control_port}, and fabricqa did not start it",
+                f"set {self.where}.tgt.daemon: attach to use it, or {self.where}.tgt.control_port to start another",
+            )
+        self._refuse_busy_port(plan.port, "iscsi.port", " (another iSCSI target?)")
+        argv = [
+            self.settings.binary,
+            "--control-port", str(self.settings.control_port),
+            "--pid-file", self.pid_file,
+            "--iscsi", f"portal={plan.portal}",
+        ]  # fmt: skip
+        if plan.iser:
+            argv += ["--iser", f"port={plan.port}"]
+        undo.push(f"stop the tgtd fabricqa started ({self.pid_file})", self.stop_daemon)
+        self.host.run(["mkdir", "-p", remote.STATE_DIR])
+        result = self.host.run(argv, check=False)
+        if not result.ok:
+            why = (result.stderr or result.stdout).strip().splitlines()[:1] or [f"exit code {result.exit_code}"]
+            raise self._fail(f"cannot start {self.settings.binary} ({why[0]})", "is Debian's tgt installed?")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while self.lld_states() is None:
+            if time.monotonic() > deadline:
+                raise self._fail(
+                    f"{self.settings.binary} started but does not answer on control port "
+                    f"{self.settings.control_port} after {START_TIMEOUT_S:.0f} s",
+                    "see tgtd's messages in the system log (a portal address the host does not have?)",
+                )
+            time.sleep(0.2)
+
+    def daemon_pid(self) -> int | None:
+        """The pid of the tgtd this plugin started, when its pid file names a running tgtd."""
+        return daemon_pid(self.host, self.pid_file, "tgtd")
+
+    def stop_daemon(self) -> None:
+        """Stop the tgtd this plugin started (idempotent). tgtd refuses while it serves any target: a foreign target
+        keeps it running, and that is said in one line."""
+        if self.daemon_pid() is None:
+            self.host.run(["rm", "-f", self.pid_file])
+            return
+        result = self._adm("--mode", "system", "--op", "delete")
+        if not result.ok:
+            others = [f"{t.iqn} (tid {t.tid})" for t in self.snapshot().targets.values()]
+            raise ProvisionError(
+                self.host.name,
+                f"the tgtd fabricqa started ({self.pid_file}) still serves {', '.join(others) or 'targets'}",
+                "it stays up for them; stop it by hand (tgtadm --mode system --op delete) once they are gone",
+            )
+        self.host.run(["rm", "-f", self.pid_file])
+
+    # -- stale state and leftovers -------------------------------------------------------------------------
+    def _ours(self, snap: TgtSnapshot) -> tuple[list[TgtTargetInfo], bool]:
+        state = remote.read_state(self.host, self.state_file)
+        recorded = {(int(t["tid"]), t["iqn"]) for t in (state or {}).get("targets", []) if "tid" in t and "iqn" in t}
+        ours = [t for t in snap.targets.values() if (t.tid, t.iqn) in recorded]
+        plan_serials = self._lab_serials()
+        for target in snap.targets.values():
+            serials = target.disk_serials()
+            if target not in ours and serials and all(s in plan_serials.get(target.iqn, ()) for s in serials):
+                ours.append(target)
+        return ours, state is not None
+
+    def _lab_serials(self) -> dict[str, set[str]]:
+        assert self.model.iscsi is not None
+        iqn = self.model.iscsi.iqn
+        return {iqn: {unit_serial(self.model.name_prefix, iqn, name) for name in self.model.iscsi.luns}}
+
+    def _owned_now(self) -> list[list[Any]]:
+        snap = self.snapshot()
+        targets = self._ours(snap)[0] if snap.loaded else []
+        return [targets, [1] if self.daemon_pid() is not None else []]
+
+    def cleanup_stale(self) -> list[str]:
+        """Remove the targets an earlier run left, stop the tgtd it started, then drop its state file."""
+        snap = self.snapshot()
+        removed: list[str] = []
+        has_state = remote.read_state(self.host, self.state_file) is not None
+        if snap.loaded:
+            targets, has_state = self._ours(snap)
+            for target in targets:
+                self.remove_target(target.tid, target.iqn)
+                removed.append(f"{self.host.name}: removed tgt target {target.iqn} (tid {target.tid})")
+        if self.daemon_pid() is not None:
+            try:
+                self.stop_daemon()
+                removed.append(f"{self.host.name}: stopped the tgtd an earlier run started")
+            except ProvisionError:
+                pass  # it serves someone else's targets now: it stays, and the leftovers gate names it
+        return removed + self._drop_stale_state(has_state)
+
+    def leftovers(self) -> list[str]:
+        """Targets this plugin created that are still there, a tgtd it started that still runs, its state file."""
+        snap = self.snapshot()
+        targets, has_state = self._ours(snap) if snap.loaded else ([], False)
+        if not snap.loaded:
+            has_state = remote.read_state(self.host, self.state_file) is not None
+        found = [f"{self.host.name}: tgt target {t.iqn} (tid {t.tid}) is still configured" for t in targets]
+        pid = self.daemon_pid()
+        if pid is not None:
+            found.append(f"{self.host.name}: the tgtd fabricqa started (pid {pid}) is still running")
+        if has_state:
+            found.append(f"{self.host.name}: state file {self.state_file} is still there")
+        return found
