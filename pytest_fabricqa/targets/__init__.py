@@ -33,7 +33,7 @@ REGISTRY: dict[str, Kind] = {
     "nvmet": Kind("pytest_fabricqa.targets.nvmet:NvmetTarget", NVME_OF),
     "spdk": Kind(None, NVME_OF),
     "lio": Kind("pytest_fabricqa.targets.lio:LioTarget", SCSI),
-    "scst": Kind(None, SCSI),
+    "scst": Kind("pytest_fabricqa.targets.scst:ScstTarget", SCSI),
     "tgt": Kind("pytest_fabricqa.targets.tgt:TgtTarget", SCSI),
     "external": Kind("pytest_fabricqa.targets.external:ExternalTarget", (*NVME_OF, *SCSI)),
 }

@@ -1,0 +1,436 @@
+"""SCST through sysfs, on a scripted host that keeps an SCST tree in memory and answers the driver's scripts.
+
+No machine here runs SCST (the virtual lab's image gains it separately), so the tree's layout and the management
+commands follow SCST 3.10's own documentation (scst/README, iscsi-scst/README in ../shared/vendor/scst-3.10.tar.gz);
+tests/vlab/test_scst_tgt_vlab.py runs the same driver against the real modules.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes import Answer, ScriptedHost
+
+from pytest_fabricqa.lab import LabError, LabModel, load_lab
+from pytest_fabricqa.targets import load_target
+from pytest_fabricqa.targets.base import ProvisionError, UndoStack
+from pytest_fabricqa.targets.scsi import unit_serial
+from pytest_fabricqa.targets.scst import (
+    DAEMON_PID_FILE,
+    ISCSI,
+    ISER_SCRIPT,
+    MGMT_SCRIPT,
+    ROOT,
+    SNAPSHOT_SCRIPT,
+    ScstTarget,
+    parse_snapshot,
+)
+
+LABS = Path(__file__).parents[1] / "data" / "labs"
+VLAB = Path(__file__).parents[2] / "labs" / "vlab.yaml"
+SEED_IQN = "iqn.2017-10.tgt1"
+IQN = "iqn.2026-11.io.fabricqa:vstor"
+FOREIGN = "iqn.2003-01.org.example:foreign"
+
+
+class FakeScst(ScriptedHost):
+    """An SCST host: modules, iscsi-scstd, the sysfs tree in memory; mgmt commands applied as SCST applies them."""
+
+    def __init__(self, daemon: bool = True, iser_listening: bool = True) -> None:
+        super().__init__("el72h3")
+        self.loaded = False
+        self.daemon_pid: int | None = 3030 if daemon else None
+        self.iser_listening = iser_listening
+        self.driver_enabled = "0"
+        self.devices: dict[str, dict[str, str]] = {}
+        self.targets: dict[str, dict[str, Any]] = {}
+        self.files = {"/home/disk01", "/home/disk02", "/home/disk03", "/dev/nvme0n1", "/dev/ram0", "/tmp/foreign"}
+        self.blocks = {"/dev/nvme0n1", "/dev/ram0"}
+        self.fs: dict[str, str] = {}
+        self.mgmt_log: list[tuple[str, str]] = []  # (path under ROOT, command)
+        self.fail: dict[str, str] = {}  # a substring of a mgmt command -> the shell's error text
+
+    def add_foreign(self, iqn: str = FOREIGN, device: str = "prod_lun") -> None:
+        self.devices[device] = {"handler": "vdisk_fileio", "filename": "/tmp/foreign", "usn": "1a2b3c4d"}
+        self.targets[iqn] = self._new_target(iqn)
+        self.targets[iqn]["luns"][0] = device
+        self.targets[iqn]["enabled"] = "1"
+
+    @staticmethod
+    def _new_target(iqn: str) -> dict[str, Any]:
+        return {"enabled": "0", "qc": "32", "portals": {}, "luns": {}, "groups": {}, "sessions": []}
+
+    def render(self) -> str:
+        if not self.loaded:
+            return "NOSCST\n"
+        out = [f"D\t{n}\t{d['handler']}\t{d['filename']}\t{d['usn']}" for n, d in self.devices.items()]
+        out.append(f"I\t{'open' if self.daemon_pid else 'closed'}\t{self.driver_enabled}")
+        for iqn, t in self.targets.items():
+            out.append(f"T\t{iqn}\t{t['enabled']}\t{t['qc']}")
+            out += [f"P\t{iqn}\t{k}\t{v}" for k, v in t["portals"].items()]
+            out += [f"L\t{iqn}\t{lun}\t{d}" for lun, d in t["luns"].items()]
+            for g, group in t["groups"].items():
+                out.append(f"G\t{iqn}\t{g}")
+                out += [f"GL\t{iqn}\t{g}\t{lun}\t{d}" for lun, d in group["luns"].items()]
+                out += [f"GI\t{iqn}\t{g}\t{i}" for i in group["initiators"]]
+            out += [f"S\t{iqn}\t{s}" for s in t["sessions"]]
+        return "".join(line + "\n" for line in out)
+
+    def answer(self, argv: tuple[str, ...]) -> Answer:
+        if argv[0] == "modprobe":
+            self.loaded = True
+            return ""
+        if argv[0] == "iscsi-scstd":
+            self.daemon_pid = 5151
+            return ""
+        if argv[:2] == ("kill", "-TERM"):
+            if self.daemon_pid == int(argv[2]):
+                self.daemon_pid = None
+                self.targets.clear()  # iscsi_release: target_del_all
+            return ""
+        if argv[0] == "test":
+            path = argv[-1]
+            if argv[1] == "-b":
+                return (0, "", "") if path in self.blocks else (1, "", "")
+            return (0, "", "") if path in self.files else (1, "", "")
+        if argv[:2] == ("rm", "-f"):
+            self.fs.pop(argv[2], None)
+            return ""
+        if argv[0] == "ss":
+            return ""
+        if argv[:2] == ("sh", "-c"):
+            return self.shell(argv[2], argv[4:])
+        return None
+
+    def shell(self, script: str, args: tuple[str, ...]) -> Answer:
+        if script == SNAPSHOT_SCRIPT:
+            return self.render()
+        if script == MGMT_SCRIPT:
+            return self.mgmt(args[0], args[1])
+        if script == ISER_SCRIPT:
+            return "yes\n" if self.iser_listening else "no\n"
+        if "/proc/$p/comm" in script:  # scsi.PID_SCRIPT
+            return f"{self.daemon_pid}\n" if self.daemon_pid and args[0] == DAEMON_PID_FILE else ""
+        if "mv -f" in script:
+            self.fs[args[1]] = args[0]
+            return ""
+        if "cat" in script and args and args[0].endswith(".json"):
+            return self.fs.get(args[0], "")
+        if script == 'printf %s "$1" > "$2"' and args[1] == f"{ISCSI}/enabled":  # remote.write
+            self.driver_enabled = args[0]
+            return ""
+        if "printf 0" in script:  # disabling a target before its removal
+            iqn = args[0].split("/")[-2]
+            if iqn in self.targets:
+                self.targets[iqn]["enabled"] = "0"
+            return ""
+        return None
+
+    def mgmt(self, command: str, path: str) -> Answer:
+        self.mgmt_log.append((path.removeprefix(ROOT + "/"), command))
+        for needle, error in self.fail.items():
+            if needle in command:
+                return (1, "", error)
+        words = command.split()
+        if path.startswith(f"{ROOT}/handlers/"):
+            handler = path.split("/")[-2]
+            if words[0] == "add_device":
+                if words[1] in self.devices:
+                    return (1, "", "sh: 1: printf: I/O error")
+                filename = command.split("filename=")[1].split(";")[0]
+                self.devices[words[1]] = {"handler": handler, "filename": filename, "usn": "abc123"}
+            elif words[0] == "del_device":
+                self.devices.pop(words[1])
+                for t in self.targets.values():
+                    t["luns"] = {k: v for k, v in t["luns"].items() if v != words[1]}
+            return ""
+        if path.startswith(f"{ROOT}/devices/") and path.endswith("/usn"):
+            self.devices[path.split("/")[-2]]["usn"] = command
+            return ""
+        if path == f"{ISCSI}/mgmt":
+            if self.daemon_pid is None:
+                return (1, "", "sh: 1: printf: I/O error")
+            if words[0] == "add_target":
+                if words[1] in self.targets:
+                    return (1, "", "sh: 1: printf: I/O error")
+                self.targets[words[1]] = self._new_target(words[1])
+            elif words[0] == "del_target":
+                self.targets.pop(words[1])
+            elif words[0] == "add_target_attribute":
+                portals = self.targets[words[1]]["portals"]
+                portals[f"allowed_portal{len(portals) or ''}"] = words[3]
+            return ""
+        rest = path.removeprefix(f"{ISCSI}/")
+        iqn, _, sub = rest.partition("/")
+        target = self.targets[iqn]
+        if sub == "QueuedCommands":
+            target["qc"] = command
+        elif sub == "enabled":
+            target["enabled"] = command
+        elif sub == "luns/mgmt":
+            target["luns"][int(words[2])] = words[1]
+        elif sub == "ini_groups/mgmt":
+            target["groups"][words[1]] = {"luns": {}, "initiators": []}
+        elif sub.endswith("/luns/mgmt"):
+            target["groups"][sub.split("/")[1]]["luns"][int(words[2])] = words[1]
+        elif sub.endswith("/initiators/mgmt"):
+            target["groups"][sub.split("/")[1]]["initiators"].append(words[1])
+        else:
+            return None
+        return ""
+
+
+def _seed() -> LabModel:
+    return load_lab(LABS / "scst-seed000.yaml")
+
+
+def _vlab(tmp_path: Path, scst: str = "") -> LabModel:
+    """labs/vlab.yaml with its LIO target made an SCST target (and ``scst`` settings)."""
+    text = VLAB.read_text().replace("  - kind: lio\n", "  - kind: scst\n")
+    if scst:
+        text = text.replace("      luns: [ram0, nvme0]\n", f"      luns: [ram0, nvme0]\n    scst: {scst}\n")
+    (tmp_path / "lab.yaml").write_text(text)
+    return load_lab(tmp_path / "lab.yaml")
+
+
+def _target(lab: LabModel, host: FakeScst, protocol: str = "iser") -> ScstTarget:
+    model = lab.target_for(protocol)
+    assert model.host is not None
+    host.name = model.host
+    target = load_target(lab, model, {model.host: host})  # type: ignore[dict-item]
+    assert isinstance(target, ScstTarget)
+    return target
+
+
+def test_the_snapshot_parser_reads_every_line_kind() -> None:
+    host = FakeScst()
+    host.loaded = True
+    host.add_foreign()
+    host.targets[FOREIGN]["groups"]["ops"] = {"luns": {3: "prod_lun"}, "initiators": ["iqn.1994-05.com.redhat:x"]}
+    host.targets[FOREIGN]["portals"]["allowed_portal"] = "10.10.10.19"
+    host.targets[FOREIGN]["sessions"].append("iqn.1994-05.com.redhat:x")
+    snap = parse_snapshot(host.render())
+    assert snap.loaded and snap.iscsi and snap.open_state == "open" and snap.driver_enabled == "0"
+    assert snap.devices == {"prod_lun": {"handler": "vdisk_fileio", "filename": "/tmp/foreign", "usn": "1a2b3c4d"}}
+    target = snap.targets[FOREIGN]
+    assert (target.enabled, target.queued_commands, target.luns) == ("1", "32", {0: "prod_lun"})
+    assert target.portals == {"allowed_portal": "10.10.10.19"}
+    assert target.groups == {"ops": {"luns": {3: "prod_lun"}, "initiators": ["iqn.1994-05.com.redhat:x"]}}
+    assert target.sessions == ["iqn.1994-05.com.redhat:x"] and target.devices() == ["prod_lun", "prod_lun"]
+    assert not parse_snapshot("NOSCST\n").loaded and not parse_snapshot("NOISCSI\n").iscsi
+
+
+def test_seed_000s_scst_conf_is_provisioned_from_its_lab_file() -> None:
+    """Seed 000: vdisk_fileio with nv_cache 1 for the OCR/voting files, LUNs 0-2 of iqn.2017-10.tgt1 on portal
+    10.10.10.19, QueuedCommands 128, every initiator, iSER; plus a P750 through vdisk_blockio."""
+    lab = _seed()
+    host = FakeScst()
+    target = _target(lab, host)
+    undo = UndoStack()
+    export = target.provision("iser", undo)
+    assert host.commands[0] == ("modprobe", "-a", "scst", "scst_vdisk", "iscsi_scst", "isert_scst")
+    serial = {n: unit_serial("fabricqa", SEED_IQN, n) for n in ("file1", "file2", "file3", "p750a")}
+    t = f"targets/iscsi/{SEED_IQN}"
+    assert host.mgmt_log == [
+        ("handlers/vdisk_fileio/mgmt", "add_device fabricqa_file1 filename=/home/disk01; nv_cache=1"),
+        ("devices/fabricqa_file1/usn", serial["file1"]),
+        ("handlers/vdisk_fileio/mgmt", "add_device fabricqa_file2 filename=/home/disk02; nv_cache=1"),
+        ("devices/fabricqa_file2/usn", serial["file2"]),
+        ("handlers/vdisk_fileio/mgmt", "add_device fabricqa_file3 filename=/home/disk03; nv_cache=1"),
+        ("devices/fabricqa_file3/usn", serial["file3"]),
+        ("handlers/vdisk_blockio/mgmt", "add_device fabricqa_p750a filename=/dev/nvme0n1"),
+        ("devices/fabricqa_p750a/usn", serial["p750a"]),
+        ("targets/iscsi/mgmt", f"add_target {SEED_IQN}"),
+        (f"{t}/QueuedCommands", "128"),
+        ("targets/iscsi/mgmt", f"add_target_attribute {SEED_IQN} allowed_portal 10.10.10.19"),
+        (f"{t}/luns/mgmt", "add fabricqa_file1 0"),
+        (f"{t}/luns/mgmt", "add fabricqa_file2 1"),
+        (f"{t}/luns/mgmt", "add fabricqa_file3 2"),
+        (f"{t}/luns/mgmt", "add fabricqa_p750a 3"),
+        (f"{t}/enabled", "1"),
+    ]
+    assert host.driver_enabled == "1"
+    assert (export.transport, export.address, export.port) == ("iser", "10.10.10.19", 3260)
+    assert [(u.address, u.backing) for u in export.units] == [(0, "file1"), (1, "file2"), (2, "file3"), (3, "p750a")]
+    state = json.loads(host.fs[target.state_file])
+    assert state["targets"] == [SEED_IQN] and state["devices"] == [f"fabricqa_{n}" for n in serial]
+    assert undo.unwind() == []
+    assert host.devices == {} and host.targets == {} and host.driver_enabled == "0"
+    assert target.leftovers() == [] and target.state_file not in host.fs
+
+
+def test_initiator_iqns_become_an_ini_group_with_the_luns(tmp_path: Path) -> None:
+    host = FakeScst()
+    _target(_vlab(tmp_path), host, "iscsi").provision("iscsi", UndoStack())
+    group = host.targets[IQN]["groups"]["fabricqa"]
+    assert group == {
+        "luns": {0: "fabricqa_ram0", 1: "fabricqa_nvme0"},
+        "initiators": ["iqn.2026-11.io.fabricqa:vnode1", "iqn.2026-11.io.fabricqa:vnode2"],
+    }
+    assert host.targets[IQN]["luns"] == {}  # no default LUNs: other initiators see nothing
+    assert host.targets[IQN]["qc"] == "32"  # SCST's default stays when the lab sets none
+
+
+def test_a_failed_step_undoes_exactly_what_was_made_and_foreign_objects_stay(tmp_path: Path) -> None:
+    host = FakeScst()
+    host.add_foreign()
+    host.driver_enabled = "1"
+    host.fail["add fabricqa_nvme0"] = "sh: 1: printf: printf: Invalid argument"
+    target = _target(_vlab(tmp_path), host, "iscsi")
+    undo = UndoStack()
+    with pytest.raises(ProvisionError) as info:
+        target.provision("iscsi", undo)
+    assert str(info.value) == (
+        "vstor: cannot map fabricqa_nvme0 to LUN 1 of iqn.2026-11.io.fabricqa:vstor (sh: 1: printf: printf: "
+        "Invalid argument); see the target's dmesg for SCST's reason"
+    )
+    assert undo.unwind() == []
+    assert list(host.devices) == ["prod_lun"] and list(host.targets) == [FOREIGN]
+    assert host.targets[FOREIGN]["luns"] == {0: "prod_lun"} and host.driver_enabled == "1"
+    removals = [c for _, c in host.mgmt_log if c.startswith("del")]
+    assert removals == [f"del_target {IQN}", "del_device fabricqa_nvme0", "del_device fabricqa_ram0"]
+
+
+def test_the_labs_iqn_or_device_names_taken_by_others_are_one_line_and_untouched(tmp_path: Path) -> None:
+    lab = _vlab(tmp_path)
+    host = FakeScst()
+    host.add_foreign(iqn=IQN)
+    with pytest.raises(
+        ProvisionError,
+        match=r"^vstor: SCST iSCSI target iqn.2026-11.io.fabricqa:vstor already exists and was not created by fabricqa; remove it",
+    ):
+        _target(lab, host, "iscsi").provision("iscsi", UndoStack())
+    host = FakeScst()
+    host.add_foreign(device="fabricqa_ram0")  # named like ours, without our serial
+    host.driver_enabled = "1"
+    target = _target(lab, host, "iscsi")
+    with pytest.raises(ProvisionError, match=r"^vstor: SCST device fabricqa_ram0 already exists and was not created"):
+        target.provision("iscsi", UndoStack())
+    assert target.leftovers() == [] and target.cleanup_stale() == []
+    assert "fabricqa_ram0" in host.devices and not [c for _, c in host.mgmt_log if c.startswith("del")]
+
+
+def test_a_killed_runs_objects_are_cleaned_with_or_without_the_state_file(tmp_path: Path) -> None:
+    lab = _vlab(tmp_path)
+    host = FakeScst()
+    host.add_foreign()
+    host.driver_enabled = "1"
+    _target(lab, host, "iscsi").provision("iscsi", UndoStack())  # killed: never unwound
+    fresh = _target(lab, host, "iscsi")
+    assert fresh.leftovers() == [
+        f"vstor: SCST iSCSI target {IQN} is still configured",
+        "vstor: SCST device fabricqa_ram0 is still configured",
+        "vstor: SCST device fabricqa_nvme0 is still configured",
+        f"vstor: state file {fresh.state_file} is still there",
+    ]
+    assert fresh.cleanup_stale()[:3] == [
+        f"vstor: removed SCST iSCSI target {IQN}",
+        "vstor: removed SCST device fabricqa_ram0",
+        "vstor: removed SCST device fabricqa_nvme0",
+    ]
+    assert list(host.targets) == [FOREIGN] and list(host.devices) == ["prod_lun"]
+    # The state file lost: the devices are known by name and serial, the target by its LUNs.
+    _target(lab, host, "iscsi").provision("iscsi", UndoStack())
+    host.fs.clear()
+    assert len(fresh.cleanup_stale()) == 3
+    assert list(host.targets) == [FOREIGN] and list(host.devices) == ["prod_lun"]
+
+
+def test_iscsi_scstd_missing_or_deaf_to_iser_is_one_line(tmp_path: Path) -> None:
+    lab = _vlab(tmp_path)
+    with pytest.raises(ProvisionError) as info:
+        _target(lab, FakeScst(daemon=False), "iscsi").provision("iscsi", UndoStack())
+    assert str(info.value) == (
+        "vstor: iscsi-scstd is not running (SCST's iscsi open_state is closed); start it (iscsi-scstd) or set "
+        "targets[1].scst.daemon: start"
+    )
+    with pytest.raises(
+        ProvisionError, match=r"^vstor: iscsi-scstd \(pid 3030\) does not serve iSER: it was started before isert_scst"
+    ):
+        _target(lab, FakeScst(iser_listening=False)).provision("iser", UndoStack())
+
+
+def test_a_switched_off_driver_holding_foreign_targets_is_not_switched_on(tmp_path: Path) -> None:
+    host = FakeScst()
+    host.add_foreign()
+    with pytest.raises(
+        ProvisionError, match=r"SCST's iscsi driver is switched off .* holds target iqn.2003-01.org.example:foreign"
+    ):
+        _target(_vlab(tmp_path), host, "iscsi").provision("iscsi", UndoStack())
+    assert host.driver_enabled == "0" and host.mgmt_log == []
+
+
+def test_vdisk_blockio_on_a_file_says_which_key_to_change(tmp_path: Path) -> None:
+    text = VLAB.read_text().replace("  - kind: lio\n", "  - kind: scst\n").replace("/dev/ram0", "/home/disk01")
+    (tmp_path / "lab.yaml").write_text(text)
+    with pytest.raises(ProvisionError) as info:
+        _target(load_lab(tmp_path / "lab.yaml"), FakeScst(), "iscsi").provision("iscsi", UndoStack())
+    assert str(info.value) == (
+        "vstor: backing device ram0 (/home/disk01) is not a block device, which vdisk_blockio needs; set "
+        "targets[1].scst.devices.ram0.handler: vdisk_fileio to serve a file"
+    )
+
+
+def test_start_mode_starts_iscsi_scstd_on_the_portal_and_stops_it_unless_others_use_it(tmp_path: Path) -> None:
+    lab = _vlab(tmp_path, scst="{daemon: start}")
+    with pytest.raises(
+        ProvisionError, match=r"^vstor: iscsi-scstd is already running \(pid 3030\) and fabricqa did not start it"
+    ):
+        _target(lab, FakeScst(), "iscsi").provision("iscsi", UndoStack())
+    host = FakeScst(daemon=False)
+    target = _target(lab, host, "iscsi")
+    undo = UndoStack()
+    target.provision("iscsi", undo)
+    assert ("iscsi-scstd", "-p", "3260", "-a", "10.10.10.19") in host.commands
+    assert "vstor: the iscsi-scstd fabricqa started (pid 5151) is still running" in target.leftovers()
+    assert undo.unwind() == [] and host.daemon_pid is None and target.leftovers() == []
+    # Someone else's target on the daemon we started: its exit would delete it, so it stays up.
+    host = FakeScst(daemon=False)
+    target = _target(lab, host, "iscsi")
+    undo = UndoStack()
+    target.provision("iscsi", undo)
+    host.add_foreign()
+    errors = undo.unwind()
+    assert len(errors) == 1 and "still serves iqn.2003-01.org.example:foreign" in errors[0]
+    assert host.daemon_pid == 5151 and FOREIGN in host.targets
+    assert target.leftovers() == [
+        "vstor: the iscsi-scstd fabricqa started (pid 5151) is still running",
+        f"vstor: state file {target.state_file} is still there",
+    ]
+
+
+def test_scst_settings_are_validated_with_file_key_and_line(tmp_path: Path) -> None:
+    with pytest.raises(
+        LabError,
+        match=r"lab.yaml:\d+: targets\[1\].scst.handler: 'vdisk_nullio' is not allowed; allowed: 'vdisk_blockio' or 'vdisk_fileio'",
+    ):
+        _vlab(tmp_path, scst="{handler: vdisk_nullio}")
+    with pytest.raises(
+        LabError, match=r"targets\[1\].scst.queued_commands: Input should be less than or equal to 2048 \(got 4096\)"
+    ):
+        _vlab(tmp_path, scst="{queued_commands: 4096}")
+    with pytest.raises(LabError, match=r"targets\[1\]: scst.devices names 'disk9', which is not under 'devices'"):
+        _vlab(tmp_path, scst="{devices: {disk9: {nv_cache: true}}}")
+
+
+def test_scst_device_names_must_be_sysfs_safe(tmp_path: Path) -> None:
+    text = VLAB.read_text().replace("  - kind: lio\n", "  - kind: scst\n    name_prefix: 'my qa'\n")
+    (tmp_path / "lab.yaml").write_text(text)
+    with pytest.raises(ProvisionError, match=r"^vstor: SCST device name 'my qa_ram0' .* is not valid; use letters"):
+        _target(load_lab(tmp_path / "lab.yaml"), FakeScst(), "iscsi").provision("iscsi", UndoStack())
+
+
+def test_mgmt_commands_travel_as_arguments_never_as_shell_text() -> None:
+    host = FakeScst()
+    from pytest_fabricqa.targets.scst import mgmt
+
+    host.loaded = True
+    mgmt(host, f"{ISCSI}/mgmt", "add_target iqn.2026-11.x:y;touch /tmp/pwned")
+    argv = host.commands[-1]
+    assert argv[:2] == ("sh", "-c") and argv[2] == MGMT_SCRIPT
+    assert argv[4] == "add_target iqn.2026-11.x:y;touch /tmp/pwned" and "pwned" not in argv[2]
+    assert shlex.join(argv).count("pwned") == 1
