@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_fabricqa.lab import ScstSettings, TargetModel, TgtSettings
+
 # Whether the running kernel has each module named after "sh": loaded (/sys/module), built in (modules.builtin of
 # the running release, where module files spell '_' as '-' or '_'), or installed for modprobe (modinfo). A
 # capability, not a version: RHEL/Oracle Linux 8's 4.18 kernels carry nvme_tcp, which mainline got in 5.0.
@@ -108,4 +110,58 @@ def rdma_problem(host: str, rdma_json: str, interface: str) -> str | None:
     if not any(link.get("state") == "ACTIVE" for link in on_interface):
         states = ", ".join(f"{link.get('ifname')} {link.get('state')}" for link in on_interface)
         return f"{host}: the RDMA link on {interface} is not ACTIVE ({states})"
+    return None
+
+
+# Whether a daemon runs (a process of that name) or is installed (its binary found); "$1" the process name,
+# "$2" the binary (a name on PATH or a path). /proc rather than pgrep: minimal hosts lack procps.
+DAEMON_SCRIPT = r"""for p in /proc/[0-9]*; do
+  [ "$(cat "$p/comm" 2>/dev/null)" = "$1" ] || continue
+  grep -q '^State:[[:space:]]*Z' "$p/status" 2>/dev/null && continue
+  echo "running ${p#/proc/}"; exit 0
+done
+if command -v "$2" >/dev/null 2>&1 || [ -x "/usr/sbin/$2" ] || [ -x "/usr/local/sbin/$2" ]; then echo installed
+else echo missing; fi
+"""
+
+
+@dataclass(frozen=True)
+class TargetDaemon:
+    """The user-space daemon a target kind needs on its host, and whether the plugin starts it."""
+
+    kind: str
+    name: str  # its process name (at most 15 characters, as the kernel keeps it)
+    binary: str
+    start: bool  # the plugin starts it (the lab's daemon: start); else it must run already
+    key: str  # the lab key that chooses
+
+
+def target_daemon(target: TargetModel, index: int) -> TargetDaemon | None:
+    """The daemon ``target`` (a lab TargetModel, ``targets[index]``) needs: SCST's iscsi-scstd (its kernel half takes
+    no target without it) or tgtd; None for kinds that live in the kernel or elsewhere."""
+    if target.kind == "scst":
+        scst = target.scst or ScstSettings()
+        return TargetDaemon("scst", "iscsi-scstd", scst.binary, scst.daemon == "start", f"targets[{index}].scst")
+    if target.kind == "tgt":
+        tgt = target.tgt or TgtSettings()
+        return TargetDaemon("tgt", "tgtd", tgt.binary, tgt.daemon == "start", f"targets[{index}].tgt")
+    return None
+
+
+def daemon_problem(host: str, daemon: TargetDaemon, report: str) -> str | None:
+    """:data:`DAEMON_SCRIPT` output against what the lab needs: running (attach) or installed (start)."""
+    state = report.strip().split(" ", 1)[0] if report.strip() else "missing"
+    if daemon.start:
+        if state == "missing":
+            return (
+                f"{host}: {daemon.binary} is not installed, and the lab has the plugin start it "
+                f"({daemon.key}.daemon: start); install it or set {daemon.key}.binary to its path"
+            )
+        return None
+    if state != "running":
+        installed = "installed but not running" if state == "installed" else "neither running nor installed"
+        return (
+            f"{host}: {daemon.name} is {installed}, and the {daemon.kind} target needs it "
+            f"({daemon.key}.daemon: attach); start it, or set {daemon.key}.daemon: start"
+        )
     return None

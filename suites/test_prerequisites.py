@@ -13,11 +13,14 @@ import pytest
 
 from pytest_fabricqa.lab import LabModel
 from pytest_fabricqa.prereq import (
+    DAEMON_SCRIPT,
     MODULES_SCRIPT,
+    daemon_problem,
     interface_problems,
     module_problems,
     parse_module_report,
     rdma_problem,
+    target_daemon,
 )
 from pytest_fabricqa.protocols import protocol as protocol_spec
 from pytest_fabricqa.transport.base import Host
@@ -53,6 +56,18 @@ def test_target_kernel_and_modules(lab: LabModel, protocol: str, target_host: Ho
     modules = protocol_spec(protocol).target_modules.get(target.kind, ())
     problems = _module_problems(target_host, modules, f"a {target.kind} {KERNEL_FEATURE[protocol]} target")
     assert not problems, "; ".join(problems)
+
+
+def test_target_daemon(lab: LabModel, protocol: str, target_host: Host | None) -> None:
+    """A target kind with a user-space half (SCST's iscsi-scstd, tgt's tgtd) has it running, or installed when the
+    lab has the plugin start it."""
+    target = lab.target_for(protocol)
+    daemon = target_daemon(target, lab.targets.index(target))
+    if target_host is None or daemon is None:
+        pytest.skip(f"{protocol}: a {target.kind} target has no daemon of its own to check")
+    out = target_host.run(["sh", "-c", DAEMON_SCRIPT, "sh", daemon.name, daemon.binary], check=False)
+    problem = daemon_problem(target_host.name, daemon, out.stdout)
+    assert problem is None, problem
 
 
 def test_storage_interface(lab: LabModel, lab_host_name: str, lab_host: Host) -> None:
