@@ -38,6 +38,7 @@ FIRST_LUN = 1  # LUN 0 is tgt's controller
 START_TIMEOUT_S = 15.0
 # tgtadm's answer when the daemon is not there (errno ENOTCONN on its management socket).
 NOT_RUNNING_EXIT = 107
+COMMAND_NOT_FOUND = 127  # tgt not installed on the host
 
 _TARGET = re.compile(r"^Target (\d+): (\S+)$")
 _LUN = re.compile(r"^LUN: (\d+)$")
@@ -171,8 +172,8 @@ class TgtTarget(ConfigfsTarget):
         """Every target tgtd serves, in one command; ``loaded`` False when no tgtd answers."""
         result = self._adm("--lld", "iscsi", "--mode", "target", "--op", "show")
         if not result.ok:
-            if result.exit_code == NOT_RUNNING_EXIT or "not connected" in result.stderr:
-                return TgtSnapshot(loaded=False)
+            if result.exit_code in (NOT_RUNNING_EXIT, COMMAND_NOT_FOUND) or "not connected" in result.stderr:
+                return TgtSnapshot(loaded=False)  # no tgtd (or no tgt at all): no target of anyone's
             raise CommandError(result, "could not list tgt targets")
         return parse_show(result.stdout)
 

@@ -69,6 +69,7 @@ class FakeTgtd(ScriptedHost):
     def __init__(self, running: bool = True, iser: str = "ready") -> None:
         super().__init__("vstor")
         self.running = running
+        self.installed = True
         self.iser = iser
         self.targets: dict[int, dict[str, Any]] = {}
         self.files = {"/dev/ram0": 64 * 1024**2, "/dev/nvme0n1": 32 * 1024**2, "/tmp/foreign.img": 16 * 1024**2}
@@ -143,6 +144,8 @@ class FakeTgtd(ScriptedHost):
         return None
 
     def tgtadm(self, argv: tuple[str, ...]) -> Answer:
+        if not self.installed:
+            return (127, "", "bash: line 1: tgtadm: command not found")
         if not self.running:
             return (107, "", recorded("no-daemon.stderr"))
         opt = {argv[i]: argv[i + 1] for i in range(1, len(argv) - 1) if argv[i].startswith("--")}
@@ -465,3 +468,15 @@ def test_tgt_settings_are_validated_with_file_key_and_line(tmp_path: Path) -> No
         LabError, match=r"lio.yaml:\d+: targets\[1\]: 'tgt' holds settings of tgt targets; a lio target cannot take it"
     ):
         load_lab(tmp_path / "lio.yaml")
+
+
+def test_a_host_without_tgt_has_no_leftovers_and_its_stale_state_file_goes(tmp_path: Path) -> None:
+    """A lab may declare tgt before its target host has it: the clean-up and the gate must not fail on that."""
+    lab = _lab(tmp_path)
+    host = FakeTgtd(running=False)
+    host.installed = False
+    target = _target(lab, host)
+    assert target.leftovers() == [] and target.cleanup_stale() == []
+    host.fs[target.state_file] = json.dumps({"kind": "tgt", "targets": []})
+    assert target.leftovers() == [f"vstor: state file {target.state_file} is still there"]
+    assert target.cleanup_stale() == [f"vstor: removed the stale state file {target.state_file}"]
