@@ -29,7 +29,7 @@ from typing import Any
 
 from pytest_fabricqa.lab import LabModel, ScstSettings, TargetModel
 from pytest_fabricqa.protocols import protocol as protocol_spec
-from pytest_fabricqa.targets import remote
+from pytest_fabricqa.targets import REGISTRY, remote
 from pytest_fabricqa.targets.base import Export, ProvisionError, UndoStack, command_tail
 from pytest_fabricqa.targets.configfs import ConfigfsTarget
 from pytest_fabricqa.targets.scsi import ScsiLun, ScsiPlan, daemon_pid, plan_from_lab, unit_serial
@@ -210,7 +210,7 @@ class ScstTarget(ConfigfsTarget):
     def provision(self, protocol: str, undo: UndoStack) -> Export:
         """Load SCST, find or start iscsi-scstd, create the devices, the target, its LUNs and ACLs; enable it."""
         spec = protocol_spec(protocol)
-        if "scst" not in spec.target_modules:
+        if protocol not in REGISTRY[self.kind].serves:
             raise self._fail(f"SCST does not serve {protocol} here", f"serve {protocol} with another target kind")
         plan = plan_from_lab(self.lab, self.model, protocol, 0)
         for lun in plan.luns:

@@ -24,8 +24,7 @@ from functools import partial
 from typing import Any
 
 from pytest_fabricqa.lab import LabModel, TargetModel, TgtSettings
-from pytest_fabricqa.protocols import protocol as protocol_spec
-from pytest_fabricqa.targets import remote
+from pytest_fabricqa.targets import REGISTRY, remote
 from pytest_fabricqa.targets.base import Export, ProvisionError, UndoStack, command_tail, mark_number
 from pytest_fabricqa.targets.configfs import ConfigfsTarget
 from pytest_fabricqa.targets.scsi import ScsiPlan, daemon_pid, plan_from_lab, unit_serial
@@ -185,8 +184,7 @@ class TgtTarget(ConfigfsTarget):
     # -- provision ------------------------------------------------------------------------------------------
     def provision(self, protocol: str, undo: UndoStack) -> Export:
         """Start or find tgtd, create the target under a derived tid, its LUNs with serials, and its ACLs."""
-        spec = protocol_spec(protocol)
-        if "tgt" not in spec.target_modules:
+        if protocol not in REGISTRY[self.kind].serves:
             raise self._fail(f"tgt does not serve {protocol}", f"serve {protocol} with another target kind")
         plan = plan_from_lab(self.lab, self.model, protocol, FIRST_LUN)
         lld = "iser" if plan.iser else "iscsi"
