@@ -140,4 +140,10 @@ def read_queues(
         values = lio(target)
         if values:
             found.setdefault(target.name, {}).update(values)
+    if target is not None and target_kind == "scst" and protocol in ("iscsi", "iser"):
+        # SCST's per-session command window (scst.queued_commands; its 32 when unset), as the target holds it.
+        path = f"/sys/kernel/scst_tgt/targets/iscsi/{subsystems[0]}/QueuedCommands"
+        result = target.run(["sh", "-c", 'head -n 1 "$1"', "sh", path], check=False)
+        if result.ok and result.stdout.strip().isdigit():
+            found.setdefault(target.name, {})["QueuedCommands"] = int(result.stdout.strip())
     return found

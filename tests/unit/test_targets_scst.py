@@ -109,6 +109,9 @@ class FakeScst(ScriptedHost):
     def shell(self, script: str, args: tuple[str, ...]) -> Answer:
         if script == SNAPSHOT_SCRIPT:
             return self.render()
+        if script == 'head -n 1 "$1"' and args[0].endswith("/QueuedCommands"):
+            iqn = args[0].split("/")[-2]
+            return f"{self.targets[iqn]['qc']}\n" if iqn in self.targets else (1, "", "No such file")  # head's line 1
         if script == MGMT_SCRIPT:
             return self.mgmt(args[0], args[1])
         if script == ISER_SCRIPT:
@@ -434,3 +437,12 @@ def test_mgmt_commands_travel_as_arguments_never_as_shell_text() -> None:
     assert argv[:2] == ("sh", "-c") and argv[2] == MGMT_SCRIPT
     assert argv[4] == "add_target iqn.2026-11.x:y;touch /tmp/pwned" and "pwned" not in argv[2]
     assert shlex.join(argv).count("pwned") == 1
+
+
+def test_the_target_reports_its_queued_commands_with_the_fabrics_queues() -> None:
+    from pytest_fabricqa.queues import read_queues
+
+    host = FakeScst()
+    _target(_seed(), host).provision("iser", UndoStack())
+    found = read_queues([], host, protocol="iser", subsystems=[SEED_IQN], target_kind="scst")  # type: ignore[arg-type]
+    assert found == {"el72h3": {"QueuedCommands": 128}}
