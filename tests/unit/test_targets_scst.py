@@ -446,3 +446,52 @@ def test_the_target_reports_its_queued_commands_with_the_fabrics_queues() -> Non
     _target(_seed(), host).provision("iser", UndoStack())
     found = read_queues([], host, protocol="iser", subsystems=[SEED_IQN], target_kind="scst")  # type: ignore[arg-type]
     assert found == {"el72h3": {"QueuedCommands": 128}}
+
+
+def test_the_sessions_clean_up_and_leftovers_gate_cover_scst() -> None:
+    """provision.cleanup_stale (every connect) and provision.leftovers (the session's gate) reach SCST targets."""
+    from pytest_fabricqa import provision
+
+    lab = _seed()
+    host = FakeScst()
+    _target(lab, host).provision("iser", UndoStack())  # killed: never unwound
+    hosts = {"el72h3": host}
+    gate = provision.leftovers(lab, hosts)  # type: ignore[arg-type]
+    assert f"el72h3: SCST iSCSI target {SEED_IQN} is still configured" in gate and len(gate) == 6
+    assert len(provision.cleanup_stale(lab, hosts)) == 6  # type: ignore[arg-type]
+    assert provision.leftovers(lab, hosts) == [] and host.targets == {} and host.devices == {}  # type: ignore[arg-type]
+
+
+def test_modules_that_do_not_load_or_do_not_build_the_tree_are_one_line() -> None:
+    class NoModules(FakeScst):
+        def answer(self, argv: tuple[str, ...]) -> Answer:
+            if argv[0] == "modprobe":
+                return (1, "", "modprobe: FATAL: Module isert_scst not found in directory /lib/modules/6.1.0-27-amd64")
+            return super().answer(argv)
+
+    with pytest.raises(ProvisionError) as info:
+        _target(_seed(), NoModules()).provision("iser", UndoStack())
+    assert str(info.value) == (
+        "el72h3: cannot load SCST's kernel modules scst, scst_vdisk, iscsi_scst, isert_scst (modprobe: FATAL: Module "
+        "isert_scst not found in directory /lib/modules/6.1.0-27-amd64); build and install SCST for this kernel "
+        "(make scst iscsi, with isert-scst for iSER)"
+    )
+
+    class NoTree(FakeScst):
+        def answer(self, argv: tuple[str, ...]) -> Answer:
+            return "" if argv[0] == "modprobe" else super().answer(argv)  # loads, yet no /sys/kernel/scst_tgt
+
+    with pytest.raises(ProvisionError, match=r"^el72h3: /sys/kernel/scst_tgt/targets/iscsi is missing after loading"):
+        _target(_seed(), NoTree()).provision("iser", UndoStack())
+
+
+def test_a_missing_backing_file_says_how_seed_000_made_it(tmp_path: Path) -> None:
+    host = FakeScst()
+    host.files.discard("/home/disk02")
+    with pytest.raises(ProvisionError) as info:
+        _target(_seed(), host).provision("iser", UndoStack())
+    assert str(info.value) == (
+        "el72h3: backing file file2 (/home/disk02) does not exist; create it (fallocate -l 10G /home/disk02, as seed "
+        "000 did) or fix targets[0].devices.file2.path"
+    )
+    assert host.mgmt_log == []

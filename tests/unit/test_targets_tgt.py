@@ -480,3 +480,46 @@ def test_a_host_without_tgt_has_no_leftovers_and_its_stale_state_file_goes(tmp_p
     host.fs[target.state_file] = json.dumps({"kind": "tgt", "targets": []})
     assert target.leftovers() == [f"vstor: state file {target.state_file} is still there"]
     assert target.cleanup_stale() == [f"vstor: removed the stale state file {target.state_file}"]
+
+
+def test_the_sessions_clean_up_and_leftovers_gate_cover_tgt(tmp_path: Path) -> None:
+    """provision.cleanup_stale (every connect) and provision.leftovers (the session's gate) reach tgt targets."""
+    from pytest_fabricqa import provision
+
+    text = (LABS / "vlab.yaml").read_text().replace("  - kind: lio\n", "  - kind: tgt\n")
+    text = text.replace("protocols: [nvme-tcp, nvme-rdma, iscsi, iser]", "protocols: [iscsi, iser]")
+    start, end = text.index("  - kind: nvmet\n"), text.index("  - kind: tgt\n")
+    (tmp_path / "lab.yaml").write_text(
+        text[:start]
+        + text[end:].replace("devices: *devices", "devices: {ram0: {path: /dev/ram0}, nvme0: {path: /dev/nvme0n1}}")
+    )
+    lab = load_lab(tmp_path / "lab.yaml")
+    host = FakeTgtd()
+    host.add_foreign()
+    _target(lab, host).provision("iscsi", UndoStack())  # killed: never unwound
+    hosts = {"vstor": host}
+    gate = provision.leftovers(lab, hosts)  # type: ignore[arg-type]
+    assert len(gate) == 2 and gate[0].startswith(f"vstor: tgt target {IQN} (tid ")
+    assert len(provision.cleanup_stale(lab, hosts)) == 2  # type: ignore[arg-type]
+    assert provision.leftovers(lab, hosts) == [] and list(host.targets) == [1]  # type: ignore[arg-type]
+
+
+def test_a_missing_backing_device_or_tgtd_binary_is_one_line(tmp_path: Path) -> None:
+    host = FakeTgtd()
+    host.files.pop("/dev/nvme0n1")
+    with pytest.raises(ProvisionError) as info:
+        _target(_lab(tmp_path), host).provision("iscsi", UndoStack())
+    assert str(info.value) == (
+        "vstor: backing device nvme0 (/dev/nvme0n1) does not exist; fix targets[1].devices.nvme0.path in the lab "
+        "file or attach the device"
+    )
+    assert _tgtadm_ops(host) == []
+    host = FakeTgtd(running=False)
+    host.fail["tgtd --control-port"] = (127, "", "bash: line 1: tgtd: command not found")
+    undo = UndoStack()
+    with pytest.raises(ProvisionError) as info:
+        _target(_lab(tmp_path, tgt="{daemon: start}"), host).provision("iscsi", undo)
+    assert str(info.value) == (
+        "vstor: cannot start tgtd (bash: line 1: tgtd: command not found); is Debian's tgt installed?"
+    )
+    assert undo.unwind() == []
