@@ -420,7 +420,10 @@ class ScstTarget(ConfigfsTarget):
         remote.write_state(self.host, self.state_file, {**state, "daemon": "starting"})
         argv = [self.settings.binary, "-p", str(plan.port), "-a", plan.address]
         self._step(
-            f"cannot start {self.settings.binary}", partial(self.host.run, argv), f"is SCST's {DAEMON} installed?"
+            f"cannot start {self.settings.binary}",
+            partial(self.host.run, argv),
+            f"is SCST's {DAEMON} installed, and TCP port {plan.port} free on {plan.address} (a LIO portal holds it "
+            "with no process to show)? Its reason is in the system log",
         )
         pid = daemon_pid(self.host, DAEMON_PID_FILE, DAEMON)
         if pid is None:

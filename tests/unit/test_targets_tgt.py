@@ -70,6 +70,7 @@ class FakeTgtd(ScriptedHost):
         super().__init__("vstor")
         self.running = running
         self.installed = True
+        self.portal_taken = False
         self.iser = iser
         self.targets: dict[int, dict[str, Any]] = {}
         self.files = {"/dev/ram0": 64 * 1024**2, "/dev/nvme0n1": 32 * 1024**2, "/tmp/foreign.img": 16 * 1024**2}
@@ -121,6 +122,10 @@ class FakeTgtd(ScriptedHost):
         if argv[0] == "tgtd":
             self.running = True
             self.fs[argv[argv.index("--pid-file") + 1]] = "4242"
+            if self.portal_taken:  # what the real one lists then: tests/data/tgt/portal-fallback.stdout
+                self.portals = [line[8:-2] for line in recorded("portal-fallback.stdout").splitlines()]
+            else:
+                self.portals = [argv[argv.index("--iscsi") + 1].removeprefix("portal=")]
             return ""
         if argv[:2] == ("sh", "-c"):
             return self.shell(argv[2], argv[4:])
@@ -523,3 +528,17 @@ def test_a_missing_backing_device_or_tgtd_binary_is_one_line(tmp_path: Path) -> 
         "vstor: cannot start tgtd (bash: line 1: tgtd: command not found); is Debian's tgt installed?"
     )
     assert undo.unwind() == []
+
+
+def test_a_started_tgtd_that_fell_back_from_the_labs_portal_is_one_line_and_stopped(tmp_path: Path) -> None:
+    host = FakeTgtd(running=False)
+    host.portal_taken = True
+    undo = UndoStack()
+    with pytest.raises(ProvisionError) as info:
+        _target(_lab(tmp_path, tgt="{daemon: start}"), host).provision("iscsi", undo)
+    assert str(info.value) == (
+        "vstor: the tgtd fabricqa started could not listen on 10.10.10.19:3260 (it fell back to [::]:3260, "
+        "0.0.0.0:3260); check that 10.10.10.19 is an address of this host and TCP port 3260 is free "
+        "(targets[1].iscsi.port; a LIO or SCST portal holds it with no process to show)"
+    )
+    assert undo.unwind() == [] and not host.running
