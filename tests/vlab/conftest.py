@@ -1,5 +1,5 @@
-"""One virtual lab for every module in tests/vlab: booted once per session (or attached when it is up), stopped
-at the end if this session booted it."""
+"""One virtual lab for every module in tests/vlab: booted once per session (or attached when it is up, as under
+`.ci/run`, which boots it once for the main job and these tests), stopped at the end if this session booted it."""
 
 from __future__ import annotations
 
@@ -11,23 +11,33 @@ from vlab_support import STATE, make_lab
 
 from pytest_fabricqa.lab import LabModel
 from pytest_fabricqa.transport.base import Host
+from pytest_fabricqa.vlab import VirtualLab
 
 
 @pytest.fixture(scope="session")
-def vlab() -> Iterator[tuple[LabModel, dict[str, Host], dict[str, str]]]:
+def virtual_lab() -> Iterator[VirtualLab]:
+    """The running three-guest QEMU lab itself (its processes, consoles and real-ssh argv)."""
+    from pytest_fabricqa.vlab_lab import ensure_running
+
+    virtual, booted = ensure_running(make_lab(), STATE, os.getpid())
+    try:
+        yield virtual
+    finally:
+        if booted:
+            virtual.stop()
+
+
+@pytest.fixture(scope="session")
+def vlab(virtual_lab: VirtualLab) -> Iterator[tuple[LabModel, dict[str, Host], dict[str, str]]]:
     """(lab, hosts, ssh files) of a running three-guest lab."""
     from pytest_fabricqa.provision import cleanup_stale
     from pytest_fabricqa.session import make_hosts
-    from pytest_fabricqa.vlab_lab import ensure_running
 
     lab = make_lab()
-    virtual, booted = ensure_running(lab, STATE, os.getpid())
-    hosts = make_hosts(lab, key=virtual.ssh_key, known_hosts=virtual.known_hosts)
+    hosts = make_hosts(lab, key=virtual_lab.ssh_key, known_hosts=virtual_lab.known_hosts)
     try:
         cleanup_stale(lab, hosts)
-        yield lab, hosts, {"key": str(virtual.ssh_key), "known_hosts": str(virtual.known_hosts)}
+        yield lab, hosts, {"key": str(virtual_lab.ssh_key), "known_hosts": str(virtual_lab.known_hosts)}
     finally:
         for host in hosts.values():
             host.close()
-        if booted:
-            virtual.stop()

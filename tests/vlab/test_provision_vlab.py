@@ -1,7 +1,6 @@
 """connect_fabric on the virtual lab, for real: every protocol, a run killed half-way, foreign objects, bad input.
 
-Runs on the three guests tests/vlab/conftest.py shares with the other modules here (labs/vlab.yaml's shape on SSH
-ports 22291-22293, so a suite lab on 22191-22193 can run beside it).
+Runs on the three guests tests/vlab/conftest.py shares with the other modules here (labs/vlab.yaml).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ The guard is read-only: around every run neither the kernel's count of sectors w
 (/sys/class/block/NAME/stat, after a sync) nor the sha256 of the whole device changes. The hash is taken here,
 from the QEMU drive's raw file (checked once to hold what the guest sees), or in the guest for the RAM disk.
 
-Runs on the three guests tests/vlab/conftest.py shares with the other modules here (SSH ports 22291-22293).
+Runs on the three guests tests/vlab/conftest.py shares with the other modules here (labs/vlab.yaml).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""What tests/vlab's modules share: the three-guest lab they run on (labs/vlab.yaml's shape on SSH ports
-22291-22293, so a suite lab on 22191-22193 can run beside it) and its state folder."""
+"""What tests/vlab's modules share: the three-guest lab they run on -- labs/vlab.yaml itself, in the state folder
+`pytest --lab=vlab` uses (``.fabricqa/`` under the repository), so that a lab already up (`fabricqa-vlab up --lab
+vlab`, as `.ci/run` does for the main job and these tests) is attached to instead of booted a second time."""
 
 from __future__ import annotations
 
@@ -13,15 +14,12 @@ import yaml
 from pytest_fabricqa.lab import LabModel
 
 ROOT = Path(__file__).resolve().parents[2]
-PORTS = {"vstor": 22291, "vnode1": 22292, "vnode2": 22293}
-STATE = Path(os.environ.get("FABRICQA_PROVISION_VLAB_STATE", str(ROOT / ".fabricqa" / "provision-vlab")))
+STATE = Path(os.environ.get("FABRICQA_PROVISION_VLAB_STATE", str(ROOT / ".fabricqa")))
 
 
 def lab_data() -> dict[str, Any]:
-    """labs/vlab.yaml as data, moved to the test lab's ports."""
-    data = yaml.safe_load((ROOT / "labs" / "vlab.yaml").read_text())
-    for name, port in PORTS.items():
-        data["hosts"][name]["port"] = port
+    """labs/vlab.yaml as data."""
+    data: dict[str, Any] = yaml.safe_load((ROOT / "labs" / "vlab.yaml").read_text())
     return data
 
 
