@@ -98,12 +98,21 @@ class NetworkModel(_Model):
 
 class Device(_Model):
     """A backing device on the target host. ``writable`` admits write workloads; ``destructive_ok`` also
-    overrides the data-safety guard (ASM, filesystem, LVM or partition signatures)."""
+    overrides the data-safety guard (ASM, filesystem, LVM or partition signatures); ``corruptible`` lets the
+    integrity suite change bytes on it directly on the target host, to prove its verify can fail (a scratch
+    device only: what it holds is destroyed)."""
 
     path: str
     writable: bool = False
     destructive_ok: bool = False
     load: bool = True  # performance workloads run on it (false: exported for connectivity checks only)
+    corruptible: bool = False
+
+    @model_validator(mode="after")
+    def _corruptible_is_writable(self) -> Device:
+        if self.corruptible and not self.writable:
+            raise ValueError("corruptible: true needs writable: true (the integrity suite writes it first)")
+        return self
 
     @field_validator("path")
     @classmethod

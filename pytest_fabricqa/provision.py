@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import partial
 
 from pytest_fabricqa.fanout import each
@@ -62,6 +62,8 @@ class Fabric:
         self.stale_removed = stale_removed
         self._undo = undo
         self._live_key = live_key
+        self._initiator_stacks: dict[str, UndoStack] = {}
+        """Each initiator's own undo stack; the target's stack unwinds this very dict (see connect_fabric)."""
 
     def __repr__(self) -> str:
         return f"Fabric({self.protocol}, {len(self.devices)} devices on {sorted(self.discovered)})"
@@ -91,6 +93,54 @@ class Fabric:
         self.teardown()
         fresh = connect_fabric(self.lab, self.protocol, self.hosts)
         self.__dict__.update(fresh.__dict__)
+
+    def disconnect_initiators(self, names: Iterable[str] | None = None) -> None:
+        """Log out/disconnect ``names`` (default: every initiator), the target staying as it is; their devices leave
+        :attr:`devices`. Raises :class:`ProvisionError` naming the first initiator that could not let go."""
+        wanted = list(self._initiator_stacks) if names is None else list(names)
+        self._known(wanted)
+        results = each([self.hosts[n] for n in wanted], lambda host: self._initiator_stacks[host.name].unwind())
+        self.devices = [d for d in self.devices if d.initiator not in wanted]
+        for name, result in results.items():
+            if isinstance(result, list) and result:
+                raise ProvisionError(name, f"disconnecting from the {self.protocol} target failed: {result[0]}", "")
+
+    def connect_initiators(self, names: Iterable[str] | None = None) -> None:
+        """Connect ``names`` (default: every initiator not connected) to the target again, in parallel, as
+        :func:`connect_fabric` did; their devices (whose paths may differ now) join :attr:`devices`."""
+        connected_now = {d.initiator for d in self.devices}
+        order = self.lab.hosts_with("initiator")
+        wanted = [n for n in order if n not in connected_now] if names is None else list(names)
+        self._known(wanted)
+        model = self.lab.target_for(self.protocol)
+        for name in wanted:
+            self._initiator_stacks[name] = UndoStack()
+        results = each(
+            [self.hosts[n] for n in wanted],
+            lambda host: connect_one(self.lab, model, self.export, host, self._initiator_stacks[host.name]),
+            check=False,
+        )
+        failed = [r for r in results.values() if isinstance(r, BaseException)]
+        for name, result in results.items():
+            if isinstance(result, Connected):
+                self.devices.extend(result.devices)
+                self.discovered[name] = result.discovered
+        self.devices.sort(key=lambda d: order.index(d.initiator) if d.initiator in order else len(order))
+        if failed:
+            raise _one_line(failed)
+
+    def reconnect_initiators(self, names: Iterable[str] | None = None) -> None:
+        """The fabric gone and back for ``names`` (default: every initiator): each logs out/disconnects, then
+        connects again; the target and what it stores are untouched. Devices are found anew (paths may change)."""
+        wanted = list(self._initiator_stacks) if names is None else list(names)
+        self.disconnect_initiators(wanted)
+        self.connect_initiators(wanted)
+
+    def _known(self, names: list[str]) -> None:
+        for name in names:
+            if name not in self._initiator_stacks:
+                known = ", ".join(self._initiator_stacks) or "none"
+                raise KeyError(f"{name!r} is not an initiator of this fabric (initiators: {known})")
 
     def teardown(self) -> None:
         """Log out/disconnect every initiator, then remove every target object this fabric made (idempotent).
@@ -172,6 +222,7 @@ def connect_fabric(lab: LabModel, protocol: str, hosts: Mapping[str, Host]) -> F
     fabric = Fabric(
         lab, protocol, export, undo, live_key, devices, discovered, round(time.monotonic() - t0, 2), stale, hosts
     )
+    fabric._initiator_stacks = stacks
     fabric.queues = read_queues(
         [hosts[name] for name in initiators],
         hosts[model.host] if model.host else None,

@@ -172,6 +172,8 @@ class JobStats:
     """fio's ``job_start`` (fio >= 3.36): when the job started, ms since the epoch on its host's clock
     (``job_start_clock_id``, CLOCK_REALTIME by default); None from older fio."""
     steadystate: SteadyStateStats | None = None
+    total_err: int = 0
+    """fio's ``total_err``: errors the job went on after (``continue_on_error``), e.g. failed verifies."""
 
     def direction(self, name: str) -> DirectionStats:
         """``read`` or ``write``."""

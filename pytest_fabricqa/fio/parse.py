@@ -219,6 +219,7 @@ def _job(entry: Mapping[str, Any]) -> JobStats:
         port=None if port is None else _int(port),
         steadystate=_steadystate(entry.get("steadystate")),
         start_ms=_optional_int(entry.get("job_start")),
+        total_err=_int(entry.get("total_err")),
     )
 
 

@@ -24,6 +24,7 @@ SUITE_WORDS: tuple[tuple[str, SuiteKind], ...] = (
     ("connect", "connectivity"),
     ("perf", "performance"),
     ("oracle", "oracle"),
+    ("integrity", "integrity"),
 )
 
 #: Key of ``Case.extras`` where suites put what they learnt about the environment (fio, kernels, device).
@@ -256,4 +257,12 @@ def flat_properties(case: Case) -> list[tuple[str, object]]:
         props += [(f"{host_name}.{metric}", round(value, 3)) for metric, value in figures.items()]
     if case.regression is not None:
         props += [("regression", message) for message in case.regression.messages]
+    if case.integrity is not None:
+        done = case.integrity
+        props += [
+            ("integrity.bytes_written", done.bytes_written),
+            ("integrity.bytes_verified", done.bytes_verified),
+            ("integrity.mismatches", len(done.mismatches)),
+            ("integrity.expected_mismatches", done.expected_mismatches),
+        ]
     return props

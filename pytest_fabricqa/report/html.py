@@ -20,7 +20,7 @@ from pytest_fabricqa.fio.logs import TimeSeries, Window
 from pytest_fabricqa.report import charts
 from pytest_fabricqa.report.compare import columns_from_run, compare_columns, render_html_table
 from pytest_fabricqa.report.formatting import format_figure, rw_label, size_bytes, workload_sort_key
-from pytest_fabricqa.report.model import Case, Run, overall_verdict, write_atomic
+from pytest_fabricqa.report.model import Case, Integrity, Run, overall_verdict, write_atomic
 from pytest_fabricqa.scaling import DEFAULT_KNEE_GAIN_PCT, ScalingPoint, knee
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -31,6 +31,7 @@ SUITE_NAMES = {
     "connectivity": "Connectivity",
     "performance": "Performance",
     "oracle": "Oracle",
+    "integrity": "Integrity",
 }
 CALIBRATE_LABELS = {
     "max_iops": "Maximum IOPS",
@@ -517,7 +518,7 @@ def report_context(run: Run, *, title: str | None = None) -> dict[str, Any]:
             }
         )
     comparison = _comparison(run, chart_ids)
-    other = [c for c in run.cases if c.suite in ("prerequisite", "connectivity")]
+    other = [c for c in run.cases if c.suite in ("prerequisite", "connectivity", "integrity")]
     not_exercised = run.extras.get("oracle_not_exercised")
     return {
         "title": title or "Storage fabric qualification",
@@ -538,7 +539,8 @@ def report_context(run: Run, *, title: str | None = None) -> dict[str, Any]:
                 "case_id": c.case_id,
                 "verdict": c.verdict,
                 "detail": "; ".join(
-                    _reasons(c) if c.verdict in ("failed", "error") else [ch.detail or ch.name for ch in c.checks]
+                    ([integrity_summary(c.integrity)] if c.integrity is not None else [])
+                    + (_reasons(c) if c.verdict in ("failed", "error") else [ch.detail or ch.name for ch in c.checks])
                 ),
             }
             for c in other
@@ -552,6 +554,21 @@ def report_context(run: Run, *, title: str | None = None) -> dict[str, Any]:
         "started": _when(run.started),
         "protocol_name": protocol_name,
     }
+
+
+def integrity_summary(done: Integrity) -> str:
+    """``16 MiB written, 32 MiB verified, no mismatch`` (and the expected ones of the corruption case)."""
+
+    def mib(n: int) -> str:
+        return f"{n / (1 << 20):,.1f} MiB".replace(".0 MiB", " MiB")
+
+    found = len(done.mismatches)
+    unexpected = found - done.expected_mismatches
+    text = f"{mib(done.bytes_written)} written, {mib(done.bytes_verified)} verified, "
+    text += f"{unexpected} mismatch{'es' if unexpected != 1 else ''}" if unexpected else "no mismatch"
+    if done.expected_mismatches:
+        text += f"; {done.expected_mismatches} changed block(s) detected as expected"
+    return text
 
 
 def _environment_loader() -> jinja2.Environment:

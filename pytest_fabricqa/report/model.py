@@ -27,7 +27,7 @@ from pytest_fabricqa.workloads import Workload
 SCHEMA = "fabricqa-results/1"
 
 Verdict = Literal["passed", "failed", "skipped", "error"]
-SuiteKind = Literal["prerequisite", "connectivity", "performance", "oracle"]
+SuiteKind = Literal["prerequisite", "connectivity", "performance", "oracle", "integrity"]
 VERDICTS: tuple[str, ...] = get_args(Verdict)
 SUITE_KINDS: tuple[str, ...] = get_args(SuiteKind)
 
@@ -81,6 +81,33 @@ class Check:
 
 
 @dataclass(frozen=True)
+class Mismatch:
+    """One block a verify found wrong: where (host, device, byte offset, length) and what was expected."""
+
+    host: str
+    device: str
+    offset: int
+    length: int
+    what: str
+    """fio's words: ``crc32c: verify failed``, ``verify: bad magic header``."""
+    expected: str = ""
+    received: str = ""
+
+
+@dataclass(frozen=True)
+class Integrity:
+    """What an integrity case wrote and read back (:mod:`pytest_fabricqa.integrity`)."""
+
+    bytes_written: int = 0
+    bytes_verified: int = 0
+    mismatches: tuple[Mismatch, ...] = ()
+    expected_mismatches: int = 0
+    """Blocks the case changed on purpose (the corruption case): found there, they are the expected detection."""
+    fio_errors: int = 0
+    """fio's own count of failed verifies (``total_err``), beside the mismatches read from its messages."""
+
+
+@dataclass(frozen=True)
 class RegressionInfo:
     """How a case compared with the same case in the baseline run."""
 
@@ -125,6 +152,8 @@ class Case:
     start_offsets_ms: Annotated[dict[str, Number], WhenSet] = field(default_factory=dict)
     """How long after the first host each host's fio jobs started, in ms (fio's ``job_start``, fio >= 3.36, on
     each host's own clock); empty when fio did not report it."""
+    integrity: Annotated[Integrity | None, WhenSet] = None
+    """Bytes written and verified, and every mismatch, for an integrity case; absent on every other case."""
 
     @property
     def start_spread_ms(self) -> float | None:

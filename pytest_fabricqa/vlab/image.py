@@ -55,6 +55,7 @@ PACKAGES: tuple[str, ...] = (
     "procps",
     "util-linux",
     "lsscsi",
+    "sg3-utils",
     "jq",
     "e2fsprogs",
     "lvm2",

@@ -1,0 +1,395 @@
+"""Persistent reservations across initiators (cluster fencing): SCSI-3 PR with sg_persist, NVMe with nvme-cli.
+
+A cluster fences a node by taking its right to write the shared disk away. :func:`fencing` drives what a
+cluster does, on two initiators A and B that see the same namespace or LUN:
+
+1. both register a key (A: :func:`reservation_key` 0, B: 1); the target lists both keys and no holder;
+2. A takes a Write Exclusive reservation; the target names A's key as holder;
+3. A writes; B's write fails with a reservation conflict (Linux: ``EBADE``, "Invalid exchange"); B still reads;
+4. B preempts A's key: B holds the reservation, A's registration is gone;
+5. B writes; A's write fails with a reservation conflict.
+
+The release (a CLEAR with whichever key is still registered, which drops every registration and the
+reservation) is registered as an undo *before* the first registration, so it runs after a failure too.
+
+Whether a target kind implements reservations is one fact, :data:`RESERVATION_SUPPORT`; a kind without them is a
+skip naming the kind, never a pass. Nothing here imports pytest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Protocol
+
+from pytest_fabricqa.errors import FabricQAError
+from pytest_fabricqa.integrity import BASE_OFFSET, SharedDevice
+from pytest_fabricqa.report.model import Case, Check
+from pytest_fabricqa.targets.base import UndoStack
+from pytest_fabricqa.transport.base import CommandError, Host
+
+RESERVATION_SUPPORT: dict[str, str | None] = {
+    # SPC-3 persistent reservations, emulated by LIO's core (target_core_pr.c) for iblock and fileio backstores.
+    "lio": None,
+    # NVMe reservations came to Linux's nvmet in 6.13 (drivers/nvme/target/pr.c), and only for namespaces whose
+    # resv_enable attribute is set before they are enabled; 6.1 (the virtual lab's) has none, and this plugin does
+    # not set resv_enable.
+    "nvmet": "Linux nvmet implements NVMe reservations only from kernel 6.13 on, per namespace with resv_enable, "
+    "which this plugin does not set",
+    "spdk": None,  # SPDK's NVMe-oF target implements the reservation commands
+    "scst": None,  # SCST implements SPC-3 persistent reservations
+    "tgt": None,  # tgt (stgt) implements SPC-3 persistent reservations
+    "external": None,  # the array's own; a qualification finds out
+}
+"""Target kind -> None when it implements persistent reservations, else why not (one sentence)."""
+
+WRITE_EXCLUSIVE = 1
+"""Reservation type 1 in both SPC-3 (PROUT TYPE) and NVMe (RTYPE): only the holder writes, everyone reads."""
+KEY_BASE = 0x6661627161000000  # "fabqa" and zeros: keys a person can tell apart from a cluster's
+CONFLICT = "Invalid exchange"
+"""strerror(EBADE): Linux's BLK_STS_NEXUS, what a write refused for a reservation conflict returns (SCSI
+RESERVATION CONFLICT status and NVMe status 0x83 alike)."""
+PROBE_BYTE = BASE_OFFSET
+"""Where the write and read probes go: the first block of the integrity area (never block 0)."""
+PROBE_BYTES = 4096
+
+SCSI_TYPES = {
+    1: "Write Exclusive",
+    3: "Exclusive Access",
+    5: "Write Exclusive, registrants only",
+    6: "Exclusive Access, registrants only",
+    7: "Write Exclusive, all registrants",
+    8: "Exclusive Access, all registrants",
+}
+"""sg_persist's words for a PR type (sg3_utils' pr_type_strs)."""
+NVME_TYPES = {
+    0: "none",
+    1: "Write Exclusive",
+    2: "Exclusive Access",
+    3: "Write Exclusive, registrants only",
+    4: "Exclusive Access, registrants only",
+    5: "Write Exclusive, all registrants",
+    6: "Exclusive Access, all registrants",
+}
+"""NVMe base specification's reservation types (RTYPE) in sg_persist's words, so both families read alike."""
+
+
+def unsupported(kind: str) -> str | None:
+    """Why target kind ``kind`` cannot take part (``not supported by nvmet: ...``), or None when it can."""
+    if kind not in RESERVATION_SUPPORT:
+        return f"not supported by {kind}: this plugin does not know whether {kind} implements them"
+    why = RESERVATION_SUPPORT[kind]
+    return None if why is None else f"not supported by {kind}: {why}"
+
+
+def reservation_key(index: int) -> int:
+    """The key the ``index``-th initiator (0, 1, ...) registers."""
+    return KEY_BASE + index + 1
+
+
+@dataclass(frozen=True)
+class ReservationState:
+    """What the target reports: the generation, the registered keys, the holder's key and the type."""
+
+    generation: int
+    keys: tuple[int, ...]
+    holder: int | None = None
+    type: str = ""
+
+    def describe(self) -> str:
+        """``holder 0x...02 (Write Exclusive), keys 0x...01, 0x...02, generation 3``."""
+        keys = ", ".join(f"{k:#x}" for k in self.keys) or "none"
+        holder = f"holder {self.holder:#x} ({self.type})" if self.holder is not None else "no holder"
+        return f"{holder}, keys {keys}, generation {self.generation}"
+
+
+# -- sg_persist (sg3_utils) -------------------------------------------------------------------------------------
+# sg_persist -n -i -k:  "  PR generation=0x2, 2 registered reservation keys follow:\n    0x1\n    0x2\n"
+#                       "  PR generation=0x0, there are NO registered reservation keys\n"
+# sg_persist -n -i -r:  "  PR generation=0x3, Reservation follows:\n    Key=0x1\n    scope: LU_SCOPE,  type: Write Exclusive\n"
+#                       "  PR generation=0x3, there is NO reservation held\n"
+_GENERATION = re.compile(r"PR generation=(0x[0-9a-fA-F]+)")
+_KEY_LINE = re.compile(r"^\s*(0x[0-9a-fA-F]+)\s*$")
+_HOLDER = re.compile(r"Key\s*=\s*(0x[0-9a-fA-F]+)")
+_TYPE = re.compile(r"type\s*[:=]\s*(.+?)\s*$", re.MULTILINE)
+
+
+def _generation(text: str, what: str) -> int:
+    match = _GENERATION.search(text)
+    if match is None:
+        raise ValueError(f"not sg_persist {what} output (no 'PR generation='): {text.strip()[:200]!r}")
+    return int(match.group(1), 16)
+
+
+def parse_sg_read_keys(text: str) -> tuple[int, tuple[int, ...]]:
+    """``sg_persist --in --read-keys`` -> (generation, registered keys in the order listed)."""
+    generation = _generation(text, "--read-keys")
+    if "NO registered reservation keys" in text:
+        return generation, ()
+    after = text[text.index("PR generation=") :].splitlines()[1:]
+    return generation, tuple(int(m.group(1), 16) for m in map(_KEY_LINE.match, after) if m)
+
+
+def parse_sg_read_reservation(text: str) -> tuple[int, int | None, str]:
+    """``sg_persist --in --read-reservation`` -> (generation, holder's key or None, type in sg_persist's words)."""
+    generation = _generation(text, "--read-reservation")
+    if "NO reservation held" in text:
+        return generation, None, ""
+    holder = _HOLDER.search(text)
+    kind = _TYPE.search(text)
+    if holder is None or kind is None:
+        raise ValueError(f"sg_persist --read-reservation output without a key or type: {text.strip()[:200]!r}")
+    return generation, int(holder.group(1), 16), kind.group(1)
+
+
+def parse_nvme_resv_report(text: str) -> ReservationState:
+    """``nvme resv-report --eds -o json`` (nvme-cli 2.x) -> the state; the holder is the registrant whose
+    ``rcsts`` has bit 0 set (NVMe base spec, Reservation Status data structure)."""
+    try:
+        document: Any = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"nvme resv-report output is not JSON ({exc.msg}): {text.strip()[:200]!r}") from None
+    if not isinstance(document, dict) or "gen" not in document:
+        raise ValueError(f"nvme resv-report output has no 'gen': {text.strip()[:200]!r}")
+    entries = document.get("regctlext") or document.get("regctls") or []
+    if not isinstance(entries, list):
+        raise ValueError(f"nvme resv-report output: registrants are not a list: {text.strip()[:200]!r}")
+    keys = tuple(int(e["rkey"]) for e in entries if isinstance(e, dict) and "rkey" in e)
+    holders = [int(e["rkey"]) for e in entries if isinstance(e, dict) and int(e.get("rcsts", 0)) & 1]
+    rtype = int(document.get("rtype", 0))
+    return ReservationState(
+        int(document["gen"]),
+        keys,
+        holders[0] if holders else None,
+        NVME_TYPES.get(rtype, f"type {rtype}") if holders else "",
+    )
+
+
+class Reservations(Protocol):
+    """One family's reservation commands on one initiator's device (``path``; ``nsid`` for NVMe)."""
+
+    def register(self, host: Host, path: str, key: int) -> None: ...
+    def reserve(self, host: Host, path: str, key: int) -> None: ...
+    def preempt(self, host: Host, path: str, key: int, victim: int) -> None: ...
+    def clear(self, host: Host, path: str, key: int) -> None: ...
+    def report(self, host: Host, path: str) -> ReservationState: ...
+
+
+class ScsiReservations:
+    """SCSI-3 persistent reservations with sg3_utils' ``sg_persist`` (iSCSI, iSER)."""
+
+    def _out(self, host: Host, path: str, *args: str) -> None:
+        host.run(["sg_persist", "--out", "--no-inquiry", *args, path], timeout=60)
+
+    def register(self, host: Host, path: str, key: int) -> None:
+        """PROUT REGISTER ``key`` for this initiator's I_T nexus."""
+        self._out(host, path, "--register", f"--param-sark={key:#x}")
+
+    def reserve(self, host: Host, path: str, key: int) -> None:
+        """PROUT RESERVE, Write Exclusive, with ``key``."""
+        self._out(host, path, "--reserve", f"--param-rk={key:#x}", f"--prout-type={WRITE_EXCLUSIVE}")
+
+    def preempt(self, host: Host, path: str, key: int, victim: int) -> None:
+        """PROUT PREEMPT: ``key``'s holder takes the reservation and ``victim``'s registration away."""
+        self._out(
+            host,
+            path,
+            "--preempt",
+            f"--param-rk={key:#x}",
+            f"--param-sark={victim:#x}",
+            f"--prout-type={WRITE_EXCLUSIVE}",
+        )
+
+    def clear(self, host: Host, path: str, key: int) -> None:
+        """PROUT CLEAR with a registered ``key``: every registration and the reservation go."""
+        self._out(host, path, "--clear", f"--param-rk={key:#x}")
+
+    def report(self, host: Host, path: str) -> ReservationState:
+        """PRIN READ KEYS and READ RESERVATION."""
+        generation, keys = parse_sg_read_keys(
+            host.run(["sg_persist", "--in", "--no-inquiry", "--read-keys", path], timeout=60).stdout
+        )
+        _, holder, kind = parse_sg_read_reservation(
+            host.run(["sg_persist", "--in", "--no-inquiry", "--read-reservation", path], timeout=60).stdout
+        )
+        return ReservationState(generation, keys, holder, kind)
+
+
+@dataclass(frozen=True)
+class NvmeReservations:
+    """NVMe reservations with nvme-cli (NVMe/TCP, NVMe/RDMA) on namespace ``nsid``."""
+
+    nsid: int
+
+    def _run(self, host: Host, command: str, path: str, *args: str) -> str:
+        return host.run(["nvme", command, path, f"--namespace-id={self.nsid}", *args], timeout=60).stdout
+
+    def register(self, host: Host, path: str, key: int) -> None:
+        """Reservation Register, action 0 (register) with new key ``key``."""
+        self._run(host, "resv-register", path, f"--nrkey={key:#x}", "--rrega=0")
+
+    def reserve(self, host: Host, path: str, key: int) -> None:
+        """Reservation Acquire, action 0 (acquire), Write Exclusive."""
+        self._run(host, "resv-acquire", path, f"--crkey={key:#x}", f"--rtype={WRITE_EXCLUSIVE}", "--racqa=0")
+
+    def preempt(self, host: Host, path: str, key: int, victim: int) -> None:
+        """Reservation Acquire, action 1 (preempt) of ``victim``'s key."""
+        self._run(
+            host,
+            "resv-acquire",
+            path,
+            f"--crkey={key:#x}",
+            f"--prkey={victim:#x}",
+            f"--rtype={WRITE_EXCLUSIVE}",
+            "--racqa=1",
+        )
+
+    def clear(self, host: Host, path: str, key: int) -> None:
+        """Reservation Release, action 1 (clear): every registration and the reservation go."""
+        self._run(host, "resv-release", path, f"--crkey={key:#x}", f"--rtype={WRITE_EXCLUSIVE}", "--rrela=1")
+
+    def report(self, host: Host, path: str) -> ReservationState:
+        """Reservation Report with the extended data structure (NVMe-oF hosts have 128-bit host identifiers)."""
+        return parse_nvme_resv_report(self._run(host, "resv-report", path, "--eds", "--output-format=json"))
+
+
+def driver_for(family: str, nsid: int) -> Reservations:
+    """The reservation commands of a protocol family (``scsi`` or ``nvme``)."""
+    return ScsiReservations() if family == "scsi" else NvmeReservations(nsid)
+
+
+def write_probe_argv(path: str) -> list[str]:
+    """One direct 4 KiB write of zeros at :data:`PROBE_BYTE` (inside the integrity area)."""
+    return ["dd", "if=/dev/zero", f"of={path}", f"bs={PROBE_BYTES}", "count=1", f"seek={PROBE_BYTE // PROBE_BYTES}",
+            "oflag=direct", "conv=notrunc", "status=none"]  # fmt: skip
+
+
+def read_probe_argv(path: str) -> list[str]:
+    """One direct 4 KiB read at :data:`PROBE_BYTE`."""
+    return ["dd", f"if={path}", "of=/dev/null", f"bs={PROBE_BYTES}", "count=1", f"skip={PROBE_BYTE // PROBE_BYTES}",
+            "iflag=direct", "status=none"]  # fmt: skip
+
+
+@dataclass
+class Fencing:
+    """The steps of :func:`fencing` as checks (name, verdict, what was seen), and its problems."""
+
+    checks: list[Check] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def check(self, name: str, problem: str | None, detail: str = "") -> None:
+        """Record one step: passed when ``problem`` is None, else failed with ``problem`` as its detail."""
+        self.checks.append(Check(name, "passed" if problem is None else "failed", problem or detail))
+        if problem is not None:
+            self.problems.append(f"{name}: {problem}")
+
+
+def release(driver: Reservations, holders: Sequence[tuple[Host, str, int]]) -> None:
+    """CLEAR with the first key the target still accepts (every registration and the reservation go); nothing
+    registered is not an error. Idempotent: the undo of :func:`fencing`."""
+    for host, path, key in holders:
+        try:
+            driver.clear(host, path, key)
+        except CommandError:
+            continue
+        return
+
+
+def fencing(driver: Reservations, a: Host, b: Host, device: SharedDevice, undo: UndoStack) -> Fencing:
+    """Two initiators fence each other over ``device`` (see the module docstring); every step is a check."""
+    out = Fencing()
+    pa, pb = device.paths[a.name], device.paths[b.name]
+    ka, kb = reservation_key(0), reservation_key(1)
+    undo.push(f"clear the reservations on {device.label}", partial(release, driver, [(a, pa, ka), (b, pb, kb)]))
+
+    def step(name: str, action: Callable[[], Any]) -> Any:
+        try:
+            return action()
+        except (CommandError, ValueError) as exc:
+            out.check(name, _said(exc))
+            raise _Stop from None
+
+    try:
+        step(f"{a.name} registers {ka:#x}", lambda: driver.register(a, pa, ka))
+        step(f"{b.name} registers {kb:#x}", lambda: driver.register(b, pb, kb))
+        state = step("report after registering", lambda: driver.report(a, pa))
+        out.check(
+            "both keys registered, no holder",
+            None if set(state.keys) == {ka, kb} and state.holder is None else f"the target reports {state.describe()}",
+            state.describe(),
+        )
+        step(f"{a.name} reserves (Write Exclusive)", lambda: driver.reserve(a, pa, ka))
+        state = step("report after reserving", lambda: driver.report(b, pb))
+        out.check(f"{a.name} holds Write Exclusive", _holds(state, ka, {ka, kb}), state.describe())
+        _writes(out, a, pa, allowed=True)
+        _writes(out, b, pb, allowed=False)
+        _reads(out, b, pb)
+        step(f"{b.name} preempts {a.name}", lambda: driver.preempt(b, pb, kb, ka))
+        state = step("report after preempting", lambda: driver.report(b, pb))
+        out.check(f"{b.name} holds Write Exclusive, {a.name}'s key gone", _holds(state, kb, {kb}), state.describe())
+        _writes(out, b, pb, allowed=True)
+        _writes(out, a, pa, allowed=False)
+    except _Stop:
+        pass
+    return out
+
+
+class _Stop(FabricQAError):
+    """A reservation command failed: the later steps mean nothing."""
+
+
+def _said(exc: BaseException) -> str:
+    if isinstance(exc, CommandError):
+        tail = (exc.result.stderr or exc.result.stdout).strip().splitlines()
+        return f"`{exc.result.command}` exited {exc.result.exit_code}" + (f" ({tail[-1].strip()})" if tail else "")
+    return str(exc)
+
+
+def _holds(state: ReservationState, key: int, keys: set[int]) -> str | None:
+    if state.holder == key and state.type == SCSI_TYPES[WRITE_EXCLUSIVE] and set(state.keys) == keys:
+        return None
+    want = ", ".join(f"{k:#x}" for k in sorted(keys))
+    return f"expected holder {key:#x} (Write Exclusive) and keys {want}; the target reports {state.describe()}"
+
+
+def _writes(out: Fencing, host: Host, path: str, *, allowed: bool) -> None:
+    result = host.run(write_probe_argv(path), check=False, timeout=60)
+    said = (result.stderr or result.stdout).strip().splitlines()
+    last = said[-1].strip() if said else f"exit code {result.exit_code}"
+    if allowed:
+        name = f"{host.name} writes {path}"
+        out.check(name, None if result.ok else f"the write failed: {last}", "written")
+        return
+    name = f"{host.name}'s write to {path} is refused"
+    if result.ok:
+        out.check(name, "the write succeeded: the reservation did not fence this initiator")
+    elif CONFLICT not in last:
+        out.check(name, f"the write failed, but not with a reservation conflict ({CONFLICT!r}): {last}")
+    else:
+        out.check(name, None, f"reservation conflict: {last}")
+
+
+def _reads(out: Fencing, host: Host, path: str) -> None:
+    result = host.run(read_probe_argv(path), check=False, timeout=60)
+    said = (result.stderr or result.stdout).strip().splitlines()
+    out.check(
+        f"{host.name} still reads {path}",
+        None if result.ok else f"the read failed: {said[-1].strip() if said else result.exit_code}",
+        "read",
+    )
+
+
+def reservation_case(nodeid: str, case_id: str, protocol: str, result: Fencing) -> Case:
+    """The report's case for :func:`fencing`: every step as a check, every problem as a violation."""
+    return Case(
+        nodeid=nodeid,
+        case_id=case_id,
+        suite="integrity",
+        verdict="passed",
+        protocol=protocol,
+        checks=tuple(result.checks),
+        violations=tuple(result.problems),
+    )

@@ -1,0 +1,150 @@
+"""Data integrity and the shared disk: what one initiator writes, every initiator reads back, byte for byte.
+
+Per protocol, on the devices the lab marks ``writable`` and only after the data-safety guard passed: a region
+written with fio's verifiable pattern (``verify=crc32c``, headers, ``verify_backlog``) read back on the same
+host; written on one initiator and read on every other (the RAC shared-disk view, both directions); every
+initiator writing its own region at the same time and each reading back all of them; the data still there after
+the fabric was disconnected and connected again. Block sizes 4 KiB, 8 KiB (the database block) and 1 MiB. A
+mismatch names the host, the device, the offset and what was expected.
+
+``test_verify_detects_corruption`` proves the verify can fail: it zeroes 4 KiB of a written block directly on the
+target's backing device (one the lab marks ``corruptible``) and passes only when the verify names that block.
+``test_reservations_fence`` drives a cluster's fencing with persistent reservations (SCSI-3 PR over iSCSI and
+iSER, NVMe reservations over NVMe-oF); a target kind without them is skipped, naming the kind.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_fabricqa import integrity as ig
+from pytest_fabricqa.lab import LabModel
+from pytest_fabricqa.protocols import protocol as protocol_spec
+from pytest_fabricqa.provision import Fabric
+from pytest_fabricqa.reservations import driver_for, fencing, reservation_case, unsupported
+from pytest_fabricqa.targets.base import UndoStack
+from pytest_fabricqa.transport.base import Host
+from pytest_fabricqa.verdict import WriteGuard
+
+pytestmark = pytest.mark.loads_target
+
+BLOCK_SIZES = pytest.mark.parametrize("bs", list(ig.BLOCK_SIZES.values()), ids=list(ig.BLOCK_SIZES))
+
+
+def _disk(fabric: Fabric, protocol: str, write_guard: WriteGuard, slots: int) -> ig.SharedDevice:
+    devices = ig.shared_devices(fabric.devices)
+    if not devices:
+        pytest.skip(f"{protocol}: the lab marks no exported device writable, so nothing is written")
+    write_guard.before_writes(protocol, fabric.devices)
+    problem = ig.room_problem(devices[0], slots)
+    if problem is not None:
+        pytest.skip(f"{protocol}: {problem}")
+    return devices[0]
+
+
+def _initiators(fabric: Fabric, device: ig.SharedDevice, lab_hosts: dict[str, Host], least: int) -> list[Host]:
+    names = [n for n in fabric.lab.hosts_with("initiator") if n in device.paths]
+    if len(names) < least:
+        pytest.skip(f"{device.label} is seen by {len(names)} initiator(s); this check needs {least}")
+    return ig.hosts_by_name(lab_hosts, names)
+
+
+def _record(report: Any, request: pytest.FixtureRequest, case_id: str, protocol: str, outcome: ig.Outcome) -> None:
+    case = ig.integrity_case(request.node.nodeid, case_id, protocol, outcome)
+    report.record(case, request)
+    assert not outcome.problems, "\n".join(outcome.problems)
+
+
+@BLOCK_SIZES
+def test_write_and_verify(
+    fabric: Fabric, protocol: str, bs: int, lab_hosts: dict[str, Host], write_guard: WriteGuard,
+    fabricqa_report: Any, request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    """The first initiator writes a region (each block read back while writing) and reads it all back."""
+    device = _disk(fabric, protocol, write_guard, 1)
+    host = _initiators(fabric, device, lab_hosts, 1)[0]
+    _record(fabricqa_report, request, f"{protocol}-integrity-same-host-{bs}", protocol,
+            ig.write_and_verify(host, device, bs))  # fmt: skip
+
+
+@BLOCK_SIZES
+def test_written_on_one_read_on_every_other(
+    fabric: Fabric, protocol: str, bs: int, lab_hosts: dict[str, Host], write_guard: WriteGuard,
+    fabricqa_report: Any, request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    """Each initiator writes its own region; every other initiator reads it back (RAC's shared disk)."""
+    device = _disk(fabric, protocol, write_guard, len(fabric.lab.hosts_with("initiator")))
+    hosts = _initiators(fabric, device, lab_hosts, 2)
+    _record(fabricqa_report, request, f"{protocol}-integrity-cross-host-{bs}", protocol,
+            ig.cross_verify(hosts, device, bs))  # fmt: skip
+
+
+@BLOCK_SIZES
+def test_concurrent_regions(
+    fabric: Fabric, protocol: str, bs: int, lab_hosts: dict[str, Host], write_guard: WriteGuard,
+    fabricqa_report: Any, request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    """Every initiator writes its own region at the same time, then each reads back every region."""
+    device = _disk(fabric, protocol, write_guard, len(fabric.lab.hosts_with("initiator")))
+    hosts = _initiators(fabric, device, lab_hosts, 2)
+    _record(fabricqa_report, request, f"{protocol}-integrity-concurrent-{bs}", protocol,
+            ig.concurrent_verify(hosts, device, bs))  # fmt: skip
+
+
+def test_data_survives_reconnect(
+    fabric: Fabric, protocol: str, lab_hosts: dict[str, Host], write_guard: WriteGuard,
+    fabricqa_report: Any, request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    """A region per block size written, every initiator disconnected and connected again, every one reads all back."""
+    device = _disk(fabric, protocol, write_guard, len(ig.BLOCK_SIZES))
+    hosts = _initiators(fabric, device, lab_hosts, 1)
+    outcome, written = ig.write_before_reconnect(hosts[0], device)
+    if not outcome.problems:
+        fabric.reconnect_initiators()
+        ig.verify_after_reconnect(outcome, hosts, ig.paths_now(fabric.devices, device), written)
+    _record(fabricqa_report, request, f"{protocol}-integrity-reconnect", protocol, outcome)
+
+
+def test_verify_detects_corruption(
+    lab: LabModel, fabric: Fabric, protocol: str, lab_hosts: dict[str, Host], target_host: Host | None,
+    write_guard: WriteGuard, fabricqa_report: Any, request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    """Proof the verify can fail: 4 KiB of a written block zeroed on the target's backing device, and the verify
+    must name that block (the expected detection: this case passes when it does)."""
+    if target_host is None:
+        pytest.skip(f"{protocol}: an external target's backing device cannot be reached to change it")
+    target = lab.target_for(protocol)
+    corruptible = [d for d in ig.shared_devices(fabric.devices) if target.devices[d.backing].corruptible]
+    if not corruptible:
+        pytest.skip(f"{protocol}: the lab marks no device corruptible (targets[].devices.NAME.corruptible: true)")
+    device = _disk(fabric, protocol, write_guard, 1)
+    device = next(d for d in corruptible if (d.subsystem, d.address) == (device.subsystem, device.address))
+    hosts = _initiators(fabric, device, lab_hosts, 1)
+    backing = target.devices[device.backing].path
+    outcome, found = ig.corruption_detected(hosts[0], hosts[-1], target_host, device, backing)
+    _record(fabricqa_report, request, f"{protocol}-integrity-corruption-detected", protocol, outcome)
+    assert found is not None
+
+
+def test_reservations_fence(
+    lab: LabModel, fabric: Fabric, protocol: str, lab_hosts: dict[str, Host], write_guard: WriteGuard,
+    fabricqa_report: Any, request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    """Both initiators register, one holds Write Exclusive, the other's write is refused, a preempt moves it;
+    everything is released at teardown, even after a failure."""
+    kind = lab.target_for(protocol).kind
+    why = unsupported(kind)
+    if why is not None:
+        pytest.skip(f"{protocol}: persistent reservations are {why}")
+    device = _disk(fabric, protocol, write_guard, 1)
+    a, b = _initiators(fabric, device, lab_hosts, 2)[:2]
+    driver = driver_for(protocol_spec(protocol).family, device.address)
+    undo = UndoStack()
+    try:
+        result = fencing(driver, a, b, device, undo)
+    finally:
+        undo.unwind()
+    fabricqa_report.record(reservation_case(request.node.nodeid, f"{protocol}-reservations", protocol, result), request)
+    assert not result.problems, "\n".join(result.problems)

@@ -1,0 +1,1 @@
+fio --output-format=json --ioengine=libaio --direct=1 --rw=write --bs=8k --iodepth=8 --offset=1M --size=2M --verify=crc32c --verify_state_save=0 --name=region0 --filename=/tmp/fqa-verify/dev.img --verify_only=1

@@ -1,0 +1,213 @@
+"""Integrity checks: fio verify jobs, fio's verify failures read from recorded real output, the corruption detector
+firing on it, the scenarios' bookkeeping, and the results model, JUnit and HTML carrying the figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fakes import ScriptedHost
+
+from pytest_fabricqa import integrity as ig
+from pytest_fabricqa.fio.verify import Region, read_verify, verify_argv
+from pytest_fabricqa.initiators.connect import FabricDevice
+from pytest_fabricqa.report.gather import flat_properties
+from pytest_fabricqa.report.html import integrity_summary
+from pytest_fabricqa.report.model import case_from_dict, case_to_dict
+from pytest_fabricqa.transport.base import CommandResult
+
+DATA = Path(__file__).parent.parent / "data" / "fio" / "verify"
+FILE = "/tmp/fqa-verify/dev.img"
+RECORDED = Region(1 << 20, 2 << 20, 8192)  # what record.sh wrote
+
+
+def recorded(name: str, host: str = "vnode2") -> CommandResult:
+    return CommandResult(
+        host,
+        ("fio",),
+        int((DATA / f"{name}.rc").read_text()),
+        (DATA / f"{name}.out").read_text(),
+        (DATA / f"{name}.stderr").read_text(),
+    )
+
+
+# -- job building -------------------------------------------------------------------------------------------
+
+
+def test_the_write_job_writes_a_verifiable_pattern_and_reads_it_back_while_writing() -> None:
+    argv = verify_argv("/dev/sdb", [Region(128 << 20, 8 << 20, 8192)], write=True)
+    assert "--verify=crc32c" in argv and "--do_verify=1" in argv and "--verify_backlog=64" in argv
+    assert "--direct=1" in argv and "--rw=write" in argv and "--continue_on_error=verify" in argv
+    assert "--verify_state_save=0" in argv
+    assert argv[-5:] == ["--name=region0", "--filename=/dev/sdb", f"--offset={128 << 20}", f"--size={8 << 20}",
+                         "--bs=8192"]  # fmt: skip
+
+
+def test_a_verify_only_job_never_carries_the_backlog_that_made_fio_miss_every_mismatch() -> None:
+    """fio 3.33 with verify_only and verify_backlog read a damaged region and found nothing (recorded)."""
+    blind = read_verify(recorded("verify-only-backlog-misses-8k"), FILE, [RECORDED])
+    assert blind.mismatches == () and blind.ok  # what the combination would have told us
+    argv = verify_argv("/dev/sdb", [Region(0, 1 << 20, 4096), Region(1 << 20, 1 << 20, 4096)], write=False)
+    assert "--verify_only=1" in argv
+    assert not any(a.startswith(("--verify_backlog", "--do_verify")) for a in argv)
+    assert argv.count("--filename=/dev/sdb") == 2  # one job per region
+
+
+def test_a_region_is_whole_blocks_and_names_the_block_a_byte_falls_in() -> None:
+    region = Region(1 << 20, 2 << 20, 8192)
+    assert region.block_at((1 << 20) + 5 * 8192 + 4096) == 1089536
+    with pytest.raises(ValueError, match="whole blocks"):
+        Region(1000, 8192, 8192)
+    with pytest.raises(ValueError, match="outside"):
+        region.block_at(0)
+
+
+# -- fio's verify output (recorded) ---------------------------------------------------------------------------
+
+
+def test_a_clean_write_and_a_clean_verify_read_back_every_byte() -> None:
+    wrote = read_verify(recorded("write-verify-8k", "vnode1"), FILE, [RECORDED])
+    assert wrote.ok and wrote.bytes_written == 2 << 20 and wrote.bytes_verified == 2 << 20
+    checked = read_verify(recorded("verify-only-clean-8k"), FILE, [RECORDED])
+    assert checked.ok and checked.bytes_written == 0 and checked.bytes_verified == 2 << 20
+
+
+def test_every_changed_block_is_named_with_offset_and_what_was_expected() -> None:
+    run = read_verify(recorded("verify-only-corrupt-8k"), FILE, [RECORDED])
+    assert not run.ok and run.problems == () and run.fio_errors == 2  # exit code 0: only the messages tell
+    data, header = run.mismatches
+    assert (data.host, data.device, data.offset, data.length) == ("vnode2", FILE, 1089536, 8192)
+    assert (
+        data.what == "crc32c: verify failed" and data.expected.startswith("CRC ") and data.received.startswith("CRC ")
+    )
+    assert (header.offset, header.what, header.expected, header.received) == (
+        1122304, "verify: bad magic header", "acca", "0"
+    )  # fmt: skip
+    text = ig.describe(data, "vnode1")
+    assert text.startswith("vnode2: /tmp/fqa-verify/dev.img byte offset 1089536 (8192-byte block): crc32c")
+    assert "expected CRC" in text and text.endswith("(written by vnode1)")
+
+
+def test_a_verify_that_stopped_early_is_a_problem_besides_its_mismatches() -> None:
+    run = read_verify(recorded("verify-only-corrupt-8k-stops"), FILE, [RECORDED])
+    assert len(run.mismatches) == 2
+    assert any("exited 1" in p for p in run.problems)
+    outcome = ig.Outcome()
+    outcome.add(run)
+    assert not any("read back" in p for p in outcome.problems)  # fio failing says it first
+    assert len([p for p in outcome.problems if "byte offset" in p]) == 2
+
+
+def test_output_without_a_report_is_a_problem_not_a_crash() -> None:
+    run = read_verify(CommandResult("vnode1", ("fio",), 1, "", "fio: no such file\n"), "/dev/sdz", [RECORDED])
+    assert not run.ok and "without a report" in run.problems[0] and "no such file" in run.problems[0]
+
+
+# -- the corruption detector on real fio output ----------------------------------------------------------------
+
+
+class Lab:
+    """vnode1 writes, vstor's backing device is changed, vnode2 verifies: answers from the recording."""
+
+    def __init__(self, verify: str) -> None:
+        self.vnode1 = ScriptedHost("vnode1", lambda argv: self.fio("write-verify-8k", argv))
+        self.vnode2 = ScriptedHost("vnode2", lambda argv: self.fio(verify, argv) if argv[0] == "fio" else "")
+        self.vstor = ScriptedHost("vstor", lambda argv: "")
+
+    def fio(self, name: str, argv: tuple[str, ...]) -> tuple[int, str, str]:
+        result = recorded(name)
+        return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def recorded_layout(monkeypatch: pytest.MonkeyPatch) -> ig.SharedDevice:
+    """The integrity area where record.sh wrote: region 0 is 2 MiB at 1 MiB."""
+    monkeypatch.setattr(ig, "BASE_OFFSET", 1 << 20)
+    monkeypatch.setattr(ig, "REGION_BYTES", 2 << 20)
+    return ig.SharedDevice("ram0", "nqn.x", 1, 512 << 20, {"vnode1": FILE, "vnode2": FILE})
+
+
+def test_the_detector_fires_where_the_bytes_were_changed(recorded_layout: ig.SharedDevice) -> None:
+    lab = Lab("verify-only-corrupt-8k")
+    outcome, found = ig.corruption_detected(lab.vnode1, lab.vnode2, lab.vstor, recorded_layout, "/dev/ram0")
+    assert found is not None and found.offset == 1089536 and found.host == "vnode2"
+    assert outcome.expected == [found]
+    # zeroed on the target: the second half of block 5, with direct I/O, then every cache dropped
+    (corrupt,) = lab.vstor.commands
+    assert corrupt[-3:] == ("/dev/ram0", "4096", str(((1 << 20) + 5 * 8192 + 4096) // 4096))
+    assert "oflag=direct" in corrupt[2] and "drop_caches" in corrupt[2]
+    # the recording changed a second block (9's header): that one is not expected, and says so
+    assert len(outcome.problems) == 1 and "byte offset 1122304" in outcome.problems[0]
+    done = outcome.integrity()
+    # verified twice: read back while writing, then by the reader
+    assert (done.expected_mismatches, len(done.mismatches), done.bytes_verified) == (1, 2, 4 << 20)
+
+
+def test_the_detector_fails_when_the_verify_finds_nothing(recorded_layout: ig.SharedDevice) -> None:
+    lab = Lab("verify-only-clean-8k")
+    outcome, found = ig.corruption_detected(lab.vnode1, lab.vnode2, lab.vstor, recorded_layout, "/dev/ram0")
+    assert found is None
+    assert outcome.problems[0].startswith("vnode2: the verify of /tmp/fqa-verify/dev.img missed the 4096 bytes")
+    assert "byte offset 1093632 of vstor:/dev/ram0 (the 8192-byte block at 1089536)" in outcome.problems[0]
+
+
+def test_the_corruption_is_aligned_for_direct_io() -> None:
+    with pytest.raises(ValueError, match="aligned"):
+        ig.corrupt_argv("/dev/ram0", 1000)
+
+
+# -- the scenarios' bookkeeping --------------------------------------------------------------------------------
+
+
+def _device(host: str, path: str, *, writable: bool = True, address: int = 1) -> FabricDevice:
+    return FabricDevice(host, path, "ram0", "nqn.x", address, 512 << 20, 512, writable, False)
+
+
+def test_shared_devices_group_what_every_initiator_sees() -> None:
+    found = ig.shared_devices(
+        [_device("vnode1", "/dev/nvme1n1"), _device("vnode2", "/dev/nvme2n1"),
+         _device("vnode1", "/dev/nvme1n2", writable=False, address=2)]
+    )  # fmt: skip
+    assert found == [
+        ig.SharedDevice("ram0", "nqn.x", 1, 512 << 20, {"vnode1": "/dev/nvme1n1", "vnode2": "/dev/nvme2n1"})
+    ]
+    assert ig.room_problem(found[0], 3) is None
+    small = ig.SharedDevice("ram0", "nqn.x", 1, 64 << 20, {})
+    assert "is 67,108,864 bytes" in (ig.room_problem(small, 1) or "")
+
+
+def test_cross_verify_reads_each_region_on_every_other_initiator() -> None:
+    def clean(argv: tuple[str, ...]) -> tuple[int, str, str]:
+        name = "write-verify-8k" if "--do_verify=1" in argv else "verify-only-clean-8k"
+        result = recorded(name)
+        return result.exit_code, result.stdout, result.stderr
+
+    hosts = [ScriptedHost("vnode1", clean), ScriptedHost("vnode2", clean)]
+    device = ig.SharedDevice("ram0", "nqn.x", 1, 512 << 20, {"vnode1": "/dev/sdb", "vnode2": "/dev/sdc"})
+    outcome = ig.cross_verify(hosts, device, 8192)
+    kinds = [(h.name, "write" if "--do_verify=1" in c else "verify", c[-3]) for h in hosts for c in h.commands]
+    first, second = f"--offset={ig.BASE_OFFSET}", f"--offset={ig.BASE_OFFSET + ig.REGION_BYTES}"
+    assert sorted(kinds) == sorted(
+        [("vnode1", "write", first), ("vnode2", "verify", first), ("vnode2", "write", second),
+         ("vnode1", "verify", second)]
+    )  # fmt: skip
+    assert outcome.writers == {ig.region(0, 8192): "vnode1", ig.region(1, 8192): "vnode2"}
+    # the recorded runs are 2 MiB regions, these 8 MiB: the shortfall is named
+    assert any("read back 2,097,152 of the 8,388,608 bytes" in p for p in outcome.problems)
+
+
+# -- results.json, JUnit, HTML -----------------------------------------------------------------------------------
+
+
+def test_an_integrity_case_round_trips_and_shows_in_junit_and_html(recorded_layout: ig.SharedDevice) -> None:
+    lab = Lab("verify-only-corrupt-8k")
+    outcome, _ = ig.corruption_detected(lab.vnode1, lab.vnode2, lab.vstor, recorded_layout, "/dev/ram0")
+    case = ig.integrity_case("suites/test_integrity.py::t[iscsi]", "iscsi-integrity-corruption", "iscsi", outcome)
+    assert case_from_dict(case_to_dict(case)) == case
+    assert "integrity" in case_to_dict(case) and case.suite == "integrity"
+    props = dict(flat_properties(case))
+    assert props["integrity.bytes_verified"] == 4 << 20 and props["integrity.mismatches"] == 2
+    assert props["integrity.expected_mismatches"] == 1
+    assert integrity_summary(case.integrity) == (  # type: ignore[arg-type]
+        "2 MiB written, 4 MiB verified, 1 mismatch; 1 changed block(s) detected as expected"
+    )

@@ -1,0 +1,177 @@
+"""Persistent reservations: the parsers (on samples written from the tools' source, see
+tests/data/reservations/README.md), the capability fact, and the fencing sequence against a target that keeps
+reservation state as SPC-3 and NVMe say, including the release after a failure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fakes import ScriptedHost
+
+from pytest_fabricqa.integrity import SharedDevice
+from pytest_fabricqa.reservations import (
+    CONFLICT,
+    NvmeReservations,
+    ReservationState,
+    ScsiReservations,
+    fencing,
+    parse_nvme_resv_report,
+    parse_sg_read_keys,
+    parse_sg_read_reservation,
+    reservation_case,
+    reservation_key,
+    unsupported,
+)
+from pytest_fabricqa.targets.base import UndoStack
+from pytest_fabricqa.transport.base import CommandError, CommandResult, Host
+
+DATA = Path(__file__).parent.parent / "data" / "reservations"
+KA, KB = reservation_key(0), reservation_key(1)
+
+
+def test_sg_persist_keys_and_reservation_are_read() -> None:
+    assert parse_sg_read_keys((DATA / "sg_persist-read-keys-two.FROM-SOURCE.txt").read_text()) == (2, (KA, KB))
+    assert parse_sg_read_keys((DATA / "sg_persist-read-keys-none.FROM-SOURCE.txt").read_text()) == (0, ())
+    held = parse_sg_read_reservation((DATA / "sg_persist-read-reservation-held.FROM-SOURCE.txt").read_text())
+    assert held == (3, KA, "Write Exclusive")
+    none = parse_sg_read_reservation((DATA / "sg_persist-read-reservation-none.FROM-SOURCE.txt").read_text())
+    assert none == (2, None, "")
+    with pytest.raises(ValueError, match="PR generation"):
+        parse_sg_read_keys("sg_persist: error opening file: /dev/sdz")
+
+
+def test_nvme_resv_report_names_the_holder_by_rcsts() -> None:
+    state = parse_nvme_resv_report((DATA / "nvme-resv-report-eds-held.FROM-SOURCE.json").read_text())
+    assert state == ReservationState(3, (KA, KB), KA, "Write Exclusive")
+    assert parse_nvme_resv_report((DATA / "nvme-resv-report-eds-none.FROM-SOURCE.json").read_text()) == (
+        ReservationState(0, ())
+    )
+    with pytest.raises(ValueError, match="not JSON"):
+        parse_nvme_resv_report("NVMe status: Host Identifier Inconsistent Format(0x18)")
+
+
+def test_the_capability_is_one_fact_and_a_kind_without_it_says_so() -> None:
+    assert unsupported("lio") is None
+    assert (unsupported("nvmet") or "").startswith("not supported by nvmet: Linux nvmet implements NVMe reservations")
+    assert (unsupported("netapp") or "").startswith("not supported by netapp")
+
+
+class Target:
+    """Reservation state as a target keeps it (registrations, holder, Write Exclusive), fed by sg_persist and dd
+    argv from two hosts; ``broken`` makes B's write go through (a target that does not fence)."""
+
+    def __init__(self, *, broken: bool = False, refuse_preempt: bool = False) -> None:
+        self.keys: dict[str, int] = {}
+        self.holder: str | None = None
+        self.broken = broken
+        self.refuse_preempt = refuse_preempt
+        self.generation = 0
+
+    def host(self, name: str) -> Host:
+        return ScriptedHost(name, lambda argv: self.answer(name, argv))
+
+    def answer(self, who: str, argv: tuple[str, ...]) -> tuple[int, str, str]:
+        if argv[0] == "dd":
+            if argv[1].startswith("if=/dev/zero"):  # a write
+                allowed = self.holder is None or self.holder == who or (self.broken and who == "vnode2")
+                return (0, "", "") if allowed else (1, "", f"dd: error writing '{argv[2][3:]}': {CONFLICT}\n")
+            return 0, "", ""
+        args = dict(a.split("=", 1) for a in argv if a.startswith("--param"))
+        if "--register" in argv:
+            self.keys[who] = int(args["--param-sark"], 16)
+        elif "--reserve" in argv:
+            self.holder = who
+        elif "--preempt" in argv:
+            if self.refuse_preempt:
+                return 24, "", "PR out: command failed\n"
+            victim = int(args["--param-sark"], 16)
+            self.keys = {h: k for h, k in self.keys.items() if k != victim}
+            self.holder = who
+        elif "--clear" in argv:
+            self.keys, self.holder = {}, None
+        elif "--read-keys" in argv:
+            keys = sorted(self.keys.values())
+            body = "".join(f"    {k:#x}\n" for k in keys)
+            head = (
+                f"{len(keys)} registered reservation keys follow:\n"
+                if keys
+                else "there are NO registered reservation keys\n"
+            )
+            return 0, f"  PR generation={self.generation:#x}, {head}{body}", ""
+        elif "--read-reservation" in argv:
+            if self.holder is None:
+                return 0, f"  PR generation={self.generation:#x}, there is NO reservation held\n", ""
+            key = self.keys[self.holder]
+            return (
+                0,
+                f"  PR generation={self.generation:#x}, Reservation follows:\n    Key={key:#x}\n    scope: LU_SCOPE,  type: Write Exclusive\n",
+                "",
+            )
+        self.generation += 1
+        return 0, "", ""
+
+
+DEVICE = SharedDevice("ram0", "iqn.x", 0, 512 << 20, {"vnode1": "/dev/sdb", "vnode2": "/dev/sdc"})
+
+
+def test_two_initiators_fence_each_other_and_everything_is_released() -> None:
+    target = Target()
+    undo = UndoStack()
+    result = fencing(ScsiReservations(), target.host("vnode1"), target.host("vnode2"), DEVICE, undo)
+    assert result.problems == []
+    names = [c.name for c in result.checks]
+    assert "vnode2's write to /dev/sdc is refused" in names and "vnode1's write to /dev/sdb is refused" in names
+    assert "vnode2 holds Write Exclusive, vnode1's key gone" in names
+    assert target.holder == "vnode2"
+    assert undo.unwind() == [] and target.keys == {} and target.holder is None
+    case = reservation_case("n", "iscsi-reservations", "iscsi", result)
+    assert case.suite == "integrity" and case.integrity is None and all(c.verdict == "passed" for c in case.checks)
+
+
+def test_a_target_that_does_not_fence_fails_the_case() -> None:
+    target = Target(broken=True)
+    result = fencing(ScsiReservations(), target.host("vnode1"), target.host("vnode2"), DEVICE, UndoStack())
+    assert result.problems == [
+        "vnode2's write to /dev/sdc is refused: the write succeeded: the reservation did not fence this initiator"
+    ]
+
+
+def test_a_failed_step_stops_the_sequence_and_the_undo_still_releases() -> None:
+    target = Target(refuse_preempt=True)
+    undo = UndoStack()
+    result = fencing(ScsiReservations(), target.host("vnode1"), target.host("vnode2"), DEVICE, undo)
+    assert len(result.problems) == 1 and result.problems[0].startswith("vnode2 preempts vnode1: `sg_persist --out")
+    assert "PR out: command failed" in result.problems[0]
+    assert target.holder == "vnode1"
+    undo.unwind()
+    assert target.keys == {} and target.holder is None
+
+
+def test_the_nvme_commands_name_the_namespace_and_keys() -> None:
+    host = ScriptedHost("vnode1", lambda argv: (DATA / "nvme-resv-report-eds-held.FROM-SOURCE.json").read_text())
+    nvme = NvmeReservations(nsid=1)
+    nvme.register(host, "/dev/nvme1n1", KA)
+    nvme.preempt(host, "/dev/nvme1n1", KB, KA)
+    nvme.clear(host, "/dev/nvme1n1", KB)
+    assert nvme.report(host, "/dev/nvme1n1").holder == KA
+    assert host.commands[0] == ("nvme", "resv-register", "/dev/nvme1n1", "--namespace-id=1", f"--nrkey={KA:#x}",
+                                "--rrega=0")  # fmt: skip
+    assert host.commands[1][-4:] == (f"--crkey={KB:#x}", f"--prkey={KA:#x}", "--rtype=1", "--racqa=1")
+    assert host.commands[2][-2:] == ("--rtype=1", "--rrela=1")
+    assert host.commands[3][-2:] == ("--eds", "--output-format=json")
+
+
+def test_release_tries_each_key_until_the_target_takes_one() -> None:
+    calls: list[str] = []
+
+    class Driver(ScsiReservations):
+        def clear(self, host: Host, path: str, key: int) -> None:
+            calls.append(host.name)
+            if host.name == "vnode1":
+                raise CommandError(CommandResult("vnode1", ("sg_persist",), 24, "", "reservation conflict"))
+
+    from pytest_fabricqa.reservations import release
+
+    release(Driver(), [(ScriptedHost("vnode1"), "/dev/sdb", KA), (ScriptedHost("vnode2"), "/dev/sdc", KB)])
+    assert calls == ["vnode1", "vnode2"]
