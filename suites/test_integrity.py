@@ -31,6 +31,7 @@ from pytest_fabricqa.verdict import WriteGuard
 pytestmark = pytest.mark.loads_target
 
 BLOCK_SIZES = pytest.mark.parametrize("bs", list(ig.BLOCK_SIZES.values()), ids=list(ig.BLOCK_SIZES))
+LABEL = {size: label for label, size in ig.BLOCK_SIZES.items()}
 
 
 def _disk(fabric: Fabric, protocol: str, write_guard: WriteGuard, slots: int) -> ig.SharedDevice:
@@ -65,7 +66,7 @@ def test_write_and_verify(
     """The first initiator writes a region (each block read back while writing) and reads it all back."""
     device = _disk(fabric, protocol, write_guard, 1)
     host = _initiators(fabric, device, lab_hosts, 1)[0]
-    _record(fabricqa_report, request, f"{protocol}-integrity-same-host-{bs}", protocol,
+    _record(fabricqa_report, request, f"{protocol}-integrity-same-host-{LABEL[bs]}", protocol,
             ig.write_and_verify(host, device, bs))  # fmt: skip
 
 
@@ -77,7 +78,7 @@ def test_written_on_one_read_on_every_other(
     """Each initiator writes its own region; every other initiator reads it back (RAC's shared disk)."""
     device = _disk(fabric, protocol, write_guard, len(fabric.lab.hosts_with("initiator")))
     hosts = _initiators(fabric, device, lab_hosts, 2)
-    _record(fabricqa_report, request, f"{protocol}-integrity-cross-host-{bs}", protocol,
+    _record(fabricqa_report, request, f"{protocol}-integrity-cross-host-{LABEL[bs]}", protocol,
             ig.cross_verify(hosts, device, bs))  # fmt: skip
 
 
@@ -89,7 +90,7 @@ def test_concurrent_regions(
     """Every initiator writes its own region at the same time, then each reads back every region."""
     device = _disk(fabric, protocol, write_guard, len(fabric.lab.hosts_with("initiator")))
     hosts = _initiators(fabric, device, lab_hosts, 2)
-    _record(fabricqa_report, request, f"{protocol}-integrity-concurrent-{bs}", protocol,
+    _record(fabricqa_report, request, f"{protocol}-integrity-concurrent-{LABEL[bs]}", protocol,
             ig.concurrent_verify(hosts, device, bs))  # fmt: skip
 
 

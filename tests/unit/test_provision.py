@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fakes import ScriptedHost
 
 from pytest_fabricqa.lab import load_lab
 from pytest_fabricqa.provision import FabricDevice, ProvisionError, _one_line
@@ -93,3 +94,47 @@ def test_fabric_device_is_frozen() -> None:
     device = FabricDevice("vnode1", "/dev/nvme0n1", "nvme0", "nqn.x:y", 1, 1024, 512, True, False)
     with pytest.raises(AttributeError):
         device.path = "/dev/sda"  # type: ignore[misc]
+
+
+def test_initiators_reconnect_in_place_and_their_devices_are_found_anew(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fabric gone and back for the initiators (the integrity suite's reconnect): each initiator's own undo
+    stack unwinds (its disconnect), connect_one runs again with a fresh stack, the new device paths replace the
+    old ones in lab order, and the target's single teardown entry still disconnects them."""
+    from pytest_fabricqa import provision
+    from pytest_fabricqa.initiators.connect import Connected
+    from pytest_fabricqa.targets.base import Export, ExportedUnit
+
+    lab = load_lab(LABS / "vlab.yaml")
+    hosts = {name: ScriptedHost(name) for name in lab.hosts}
+    unit = ExportedUnit("nqn.x", 1, "ram0", "/dev/ram0", True, False)
+    export = Export("nvme-tcp", "tcp", "10.10.10.19", 4420, (unit,), "vstor")
+    events: list[str] = []
+    generation = {"n": 0}
+
+    def device(host: str) -> FabricDevice:
+        return FabricDevice(host, f"/dev/nvme{generation['n']}n1", "ram0", "nqn.x", 1, 1 << 29, 512, True, False)
+
+    def connect_one(lab_: object, model: object, export_: object, host: ScriptedHost, undo: UndoStack) -> Connected:
+        undo.push("disconnect", lambda: events.append(f"disconnect {host.name}"))
+        events.append(f"connect {host.name}")
+        return Connected([device(host.name)], ["nqn.x"])
+
+    monkeypatch.setattr(provision, "connect_one", connect_one)
+    stacks = {name: UndoStack() for name in ("vnode1", "vnode2")}
+    for name, stack in stacks.items():
+        stack.push("disconnect", lambda name=name: events.append(f"disconnect {name}"))
+    undo = UndoStack()
+    undo.push("disconnect the initiators", lambda: provision._unwind_initiators(stacks, hosts))
+    fabric = provision.Fabric(lab, "nvme-tcp", export, undo, "vstor", [device("vnode1"), device("vnode2")],
+                              {}, 0.0, [], hosts)  # fmt: skip
+    fabric._initiator_stacks = stacks
+    generation["n"] = 7
+    fabric.reconnect_initiators()
+    assert sorted(events) == ["connect vnode1", "connect vnode2", "disconnect vnode1", "disconnect vnode2"]
+    assert events.index("disconnect vnode1") < events.index("connect vnode1")
+    assert [(d.initiator, d.path) for d in fabric.devices] == [("vnode1", "/dev/nvme7n1"), ("vnode2", "/dev/nvme7n1")]
+    events.clear()
+    fabric.teardown()
+    assert sorted(events) == ["disconnect vnode1", "disconnect vnode2"]
+    with pytest.raises(KeyError, match="not an initiator of this fabric"):
+        fabric.disconnect_initiators(["vstor"])
