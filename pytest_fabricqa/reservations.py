@@ -12,8 +12,9 @@ cluster does, on two initiators A and B that see the same namespace or LUN:
 The release (a CLEAR with whichever key is still registered, which drops every registration and the
 reservation) is registered as an undo *before* the first registration, so it runs after a failure too.
 
-Whether a target kind implements reservations is one fact, :data:`RESERVATION_SUPPORT`; a kind without them is a
-skip naming the kind, never a pass. Nothing here imports pytest.
+Whether a target kind implements reservations is one fact, its ``no_reservations`` in
+:data:`pytest_fabricqa.targets.REGISTRY`; a kind without them is a skip naming the kind, never a pass.
+Nothing here imports pytest.
 """
 
 from __future__ import annotations
@@ -28,23 +29,9 @@ from typing import Any, Protocol
 from pytest_fabricqa.errors import FabricQAError
 from pytest_fabricqa.integrity import BASE_OFFSET, SharedDevice
 from pytest_fabricqa.report.model import Case, Check
+from pytest_fabricqa.targets import REGISTRY
 from pytest_fabricqa.targets.base import UndoStack
 from pytest_fabricqa.transport.base import CommandError, Host
-
-RESERVATION_SUPPORT: dict[str, str | None] = {
-    # SPC-3 persistent reservations, emulated by LIO's core (target_core_pr.c) for iblock and fileio backstores.
-    "lio": None,
-    # NVMe reservations came to Linux's nvmet in 6.13 (drivers/nvme/target/pr.c), and only for namespaces whose
-    # resv_enable attribute is set before they are enabled; 6.1 (the virtual lab's) has none, and this plugin does
-    # not set resv_enable.
-    "nvmet": "Linux nvmet implements NVMe reservations only from kernel 6.13 on, per namespace with resv_enable, "
-    "which this plugin does not set",
-    "spdk": None,  # SPDK's NVMe-oF target implements the reservation commands
-    "scst": None,  # SCST implements SPC-3 persistent reservations
-    "tgt": None,  # tgt (stgt) implements SPC-3 persistent reservations
-    "external": None,  # the array's own; a qualification finds out
-}
-"""Target kind -> None when it implements persistent reservations, else why not (one sentence)."""
 
 WRITE_EXCLUSIVE = 1
 """Reservation type 1 in both SPC-3 (PROUT TYPE) and NVMe (RTYPE): only the holder writes, everyone reads."""
@@ -78,11 +65,12 @@ NVME_TYPES = {
 
 
 def unsupported(kind: str) -> str | None:
-    """Why target kind ``kind`` cannot take part (``not supported by nvmet: ...``), or None when it can."""
-    if kind not in RESERVATION_SUPPORT:
-        return f"not supported by {kind}: this plugin does not know whether {kind} implements them"
-    why = RESERVATION_SUPPORT[kind]
-    return None if why is None else f"not supported by {kind}: {why}"
+    """Why target kind ``kind`` cannot take part (``not supported by nvmet: ...``), or None when it can: the
+    kind's ``no_reservations`` in the target registry, the one place that says it."""
+    entry = REGISTRY.get(kind)
+    if entry is None:
+        return f"not supported by {kind}: this plugin does not know the target kind {kind!r}"
+    return None if entry.no_reservations is None else f"not supported by {kind}: {entry.no_reservations}"
 
 
 def reservation_key(index: int) -> int:

@@ -24,13 +24,23 @@ class Kind:
 
     driver: str | None
     serves: tuple[str, ...]
+    no_reservations: str | None = None
+    """Why the kind cannot take part in persistent reservations (cluster fencing), one sentence; None when it
+    implements them (SPC-3 PR for SCSI kinds, NVMe reservations for NVMe-oF kinds; an external array's own)."""
 
+
+# NVMe reservations came to Linux's nvmet in 6.13 (drivers/nvme/target/pr.c), only for namespaces whose resv_enable
+# is set before they are enabled; 6.1 (the virtual lab's) has none.
+NVMET_NO_RESERVATIONS = (
+    "Linux nvmet implements NVMe reservations only from kernel 6.13 on, per namespace with resv_enable, "
+    "which this plugin does not set"
+)
 
 NVME_OF: tuple[str, ...] = ("nvme-tcp", "nvme-rdma")
 SCSI: tuple[str, ...] = ("iscsi", "iser")
 
 REGISTRY: dict[str, Kind] = {
-    "nvmet": Kind("pytest_fabricqa.targets.nvmet:NvmetTarget", NVME_OF),
+    "nvmet": Kind("pytest_fabricqa.targets.nvmet:NvmetTarget", NVME_OF, no_reservations=NVMET_NO_RESERVATIONS),
     "spdk": Kind(None, NVME_OF),
     "lio": Kind("pytest_fabricqa.targets.lio:LioTarget", SCSI),
     "scst": Kind("pytest_fabricqa.targets.scst:ScstTarget", SCSI),
