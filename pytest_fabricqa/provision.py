@@ -64,6 +64,8 @@ class Fabric:
         self._live_key = live_key
         self._initiator_stacks: dict[str, UndoStack] = {}
         """Each initiator's own undo stack; the target's stack unwinds this very dict (see connect_fabric)."""
+        self._target_model = lab.target_for(protocol)
+        """The lab's target this fabric serves (connect_fabric sets the one it provisioned)."""
 
     def __repr__(self) -> str:
         return f"Fabric({self.protocol}, {len(self.devices)} devices on {sorted(self.discovered)})"
@@ -112,7 +114,7 @@ class Fabric:
         order = self.lab.hosts_with("initiator")
         wanted = [n for n in order if n not in connected_now] if names is None else list(names)
         self._known(wanted)
-        model = self.lab.target_for(self.protocol)
+        model = self._target_model
         for name in wanted:
             self._initiator_stacks[name] = UndoStack()
         results = each(
@@ -223,6 +225,7 @@ def connect_fabric(lab: LabModel, protocol: str, hosts: Mapping[str, Host]) -> F
         lab, protocol, export, undo, live_key, devices, discovered, round(time.monotonic() - t0, 2), stale, hosts
     )
     fabric._initiator_stacks = stacks
+    fabric._target_model = model
     fabric.queues = read_queues(
         [hosts[name] for name in initiators],
         hosts[model.host] if model.host else None,

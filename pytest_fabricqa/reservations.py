@@ -332,7 +332,10 @@ class _Stop(FabricQAError):
 def _said(exc: BaseException) -> str:
     if isinstance(exc, CommandError):
         tail = (exc.result.stderr or exc.result.stdout).strip().splitlines()
-        return f"`{exc.result.command}` exited {exc.result.exit_code}" + (f" ({tail[-1].strip()})" if tail else "")
+        said = f"`{exc.result.command}` exited {exc.result.exit_code}" + (f" ({tail[-1].strip()})" if tail else "")
+        if exc.result.exit_code == 127:
+            said += f"; install {'sg3-utils' if 'sg_persist' in exc.result.command else 'nvme-cli'} on the initiator"
+        return said
     return str(exc)
 
 

@@ -34,8 +34,11 @@ BLOCK_SIZES = pytest.mark.parametrize("bs", list(ig.BLOCK_SIZES.values()), ids=l
 LABEL = {size: label for label, size in ig.BLOCK_SIZES.items()}
 
 
-def _disk(fabric: Fabric, protocol: str, write_guard: WriteGuard, slots: int) -> ig.SharedDevice:
-    devices = ig.shared_devices(fabric.devices)
+def _disk(
+    fabric: Fabric, protocol: str, write_guard: WriteGuard, slots: int, devices: list[ig.SharedDevice] | None = None
+) -> ig.SharedDevice:
+    """The first of ``devices`` (default: every shared writable one), after the write guard passed all of them."""
+    devices = ig.shared_devices(fabric.devices) if devices is None else devices
     if not devices:
         pytest.skip(f"{protocol}: the lab marks no exported device writable, so nothing is written")
     write_guard.before_writes(protocol, fabric.devices)
@@ -120,8 +123,7 @@ def test_verify_detects_corruption(
     corruptible = [d for d in ig.shared_devices(fabric.devices) if target.devices[d.backing].corruptible]
     if not corruptible:
         pytest.skip(f"{protocol}: the lab marks no device corruptible (targets[].devices.NAME.corruptible: true)")
-    device = _disk(fabric, protocol, write_guard, 1)
-    device = next(d for d in corruptible if (d.subsystem, d.address) == (device.subsystem, device.address))
+    device = _disk(fabric, protocol, write_guard, 1, corruptible)
     hosts = _initiators(fabric, device, lab_hosts, 1)
     backing = target.devices[device.backing].path
     outcome, found = ig.corruption_detected(hosts[0], hosts[-1], target_host, device, backing)
