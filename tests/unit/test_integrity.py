@@ -192,8 +192,8 @@ def test_cross_verify_reads_each_region_on_every_other_initiator() -> None:
          ("vnode1", "verify", second)]
     )  # fmt: skip
     assert outcome.writers == {ig.region(0, 8192): "vnode1", ig.region(1, 8192): "vnode2"}
-    # the recorded runs are 2 MiB regions, these 8 MiB: the shortfall is named
-    assert any("read back 2,097,152 of the 8,388,608 bytes" in p for p in outcome.problems)
+    # the recorded runs are 2 MiB regions, these 4 MiB: the shortfall is named
+    assert any("read back 2,097,152 of the 4,194,304 bytes" in p for p in outcome.problems)
 
 
 # -- results.json, JUnit, HTML -----------------------------------------------------------------------------------
