@@ -107,6 +107,11 @@ BAD = [
         r"lab\.yaml:\d+: targets\[0\]\.nvme\.subsystems\[0\]\.nqn: 'x;touch /tmp/pwned' is not a valid NQN",
     ),
     (
+        "corruptible-not-writable",
+        GOOD.replace("d0: {path: /dev/nvme0n1}", "d0: {path: /dev/nvme0n1, corruptible: true}"),
+        r"lab\.yaml:\d+: targets\[0\]\.devices\.d0: corruptible: true needs writable: true",
+    ),
+    (
         "undeclared-device",
         GOOD.replace("namespaces: [d0]", "namespaces: [d9]"),
         r"lab\.yaml:\d+: targets\[0\]: exports device 'd9', which is not under 'devices'",
