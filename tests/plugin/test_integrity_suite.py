@@ -1,0 +1,108 @@
+"""The integrity suite from suites/, run by pytester with real fio on this machine: two "initiators" and the
+"target" are this machine (local transport), the shared disk is a regular file, and a conftest stands in for the
+fabric (no NVMe-oF or iSCSI here). Every write, verify, the corruption on the "backing device" and its detection
+are real; the reservation case on nvmet is the skip naming the kind."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SUITE = ROOT / "suites" / "test_integrity.py"
+
+pytestmark = pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio on this machine")
+
+LAB = """
+name: localint
+hosts:
+  n1: {transport: local, roles: [initiator], storage: {interface: lo, address: 127.0.0.1}}
+  n2: {transport: local, roles: [initiator], storage: {interface: lo, address: 127.0.0.1}}
+  stor: {transport: local, roles: [target], storage: {interface: lo, address: 127.0.0.1}}
+network: {link_speed_gbps: 10, mtu: 65536, prefix_len: 8}
+protocols: [nvme-tcp]
+targets:
+  - kind: nvmet
+    host: stor
+    protocols: [nvme-tcp]
+    devices:
+      ram0: {path: DISK, writable: true, corruptible: true}
+    nvme:
+      subsystems:
+        - {nqn: "nqn.2026-11.io.fabricqa:localint", namespaces: [ram0]}
+"""
+
+CONFTEST = """
+import pytest
+
+from pytest_fabricqa.initiators.connect import FabricDevice
+
+DISK = "@DISK@"
+
+
+class FakeFabric:
+    def __init__(self, lab, protocol):
+        self.lab = lab
+        self.protocol = protocol
+        self.reconnects = 0
+        self.devices = [
+            FabricDevice(name, DISK, "ram0", "nqn.2026-11.io.fabricqa:localint", 1, 160 << 20, 512, True, False)
+            for name in lab.hosts_with("initiator")
+        ]
+
+    def reconnect_initiators(self):
+        self.reconnects += 1
+
+
+class Guard:
+    calls = []
+
+    def before_writes(self, protocol, devices, *target):
+        self.calls.append(protocol)
+
+
+@pytest.fixture(scope="session")
+def fabric(lab, protocol):
+    return FakeFabric(lab, protocol)
+
+
+@pytest.fixture(scope="session")
+def write_guard():
+    return Guard()
+"""
+
+
+def test_the_suite_writes_verifies_and_catches_a_changed_block_for_real(pytester: pytest.Pytester) -> None:
+    disk = pytester.path / "disk.img"
+    with open(disk, "wb") as fh:
+        fh.truncate(160 << 20)
+    (pytester.path / "lab.yaml").write_text(LAB.replace("DISK", str(disk)))
+    pytester.makeconftest(CONFTEST.replace("@DISK@", str(disk)))
+    (pytester.path / "test_integrity.py").write_text(SUITE.read_text())  # beside the conftest that stands in
+    report = pytester.path / "report"
+    result = pytester.runpytest_subprocess(
+        "--lab=lab.yaml", "test_integrity.py", "-p", "no:cacheprovider", "-rA", f"--report-dir={report}",
+        "-k", "8k or reconnect or corruption or reservations",
+    )  # fmt: skip
+    result.assert_outcomes(passed=5, skipped=1)
+    result.stdout.fnmatch_lines(["*nvme-tcp: persistent reservations are not supported by nvmet: Linux nvmet*"])
+    run = json.loads((report / "results.json").read_text())
+    cases = {c["case_id"]: c for c in run["cases"]}
+    same = next(c for i, c in cases.items() if "same-host-8k" in i)
+    assert same["suite"] == "integrity" and same["verdict"] == "passed"
+    assert same["integrity"]["bytes_written"] == 4 << 20 and same["integrity"]["bytes_verified"] == 8 << 20
+    cross = next(c for i, c in cases.items() if "cross-host-8k" in i)
+    assert cross["integrity"]["bytes_verified"] == 4 * (4 << 20)  # each region: while writing, and on the other
+    caught = next(c for i, c in cases.items() if "corruption-detected" in i)
+    assert caught["verdict"] == "passed" and caught["integrity"]["expected_mismatches"] == 1
+    (mismatch,) = caught["integrity"]["mismatches"]
+    assert mismatch["device"] == str(disk) and mismatch["offset"] == (128 << 20) + 5 * 8192
+    assert mismatch["what"] == "crc32c: verify failed" and mismatch["expected"].startswith("CRC ")
+    skipped = next(c for i, c in cases.items() if "reservations" in i)
+    assert skipped["verdict"] == "skipped" and "not supported by nvmet" in skipped["extras"]["skip_reason"]
+    junit = (report / "junit.xml").read_text()
+    assert 'name="integrity.expected_mismatches" value="1"' in junit
+    assert "changed block(s) detected as expected" in (report / "report.html").read_text()
