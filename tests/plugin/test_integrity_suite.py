@@ -48,6 +48,7 @@ class FakeFabric:
         self.lab = lab
         self.protocol = protocol
         self.reconnects = 0
+        self.target = lab.target_for(protocol).name  # what a fabric of several targets per protocol names
         self.devices = [
             FabricDevice(name, DISK, "ram0", "nqn.2026-11.io.fabricqa:localint", 1, 160 << 20, 512, True, False)
             for name in lab.hosts_with("initiator")
