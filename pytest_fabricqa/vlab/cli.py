@@ -21,6 +21,7 @@ from pytest_fabricqa.vlab import procs
 from pytest_fabricqa.vlab.image import ImageBuildError, build_image, cache_root
 from pytest_fabricqa.vlab.machine import VirtualLab, VlabError
 from pytest_fabricqa.vlab.spec import SpecError, load_spec_json, spec_from_dict
+from pytest_fabricqa.vlab.vendor import VendorBuildError, VendorSourceError
 
 DEFAULT_RUN_DIR = Path(".fabricqa") / "vlab"
 
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         VirtualLab(spec, args.run_dir.resolve(), None, state).stop()
         print(f"lab {spec.name} stopped")
         return 0
-    except (SpecError, ImageBuildError, VlabError) as exc:
+    except (SpecError, ImageBuildError, VendorSourceError, VendorBuildError, VlabError) as exc:
         print(f"fabricqa-vlab: {exc}", file=sys.stderr)
         return 1
 

@@ -15,6 +15,7 @@ converts the tarball into a cpio in Python so file owners and device nodes survi
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import fcntl
 import hashlib
@@ -32,12 +33,14 @@ from pathlib import Path
 from typing import BinaryIO
 
 from pytest_fabricqa.errors import FabricQAError
+from pytest_fabricqa.vlab import vendor
 
 SUITE = "bookworm"
 
 # What the guest needs and nothing else: the storage tools the suites drive over SSH, the kernel from Debian
 # (so modules match it), and tiny-initramfs to satisfy linux-image's "initramfs tool" dependency cheaply
-# (initramfs-tools would pull udev and spend half a minute building an initrd nobody boots).
+# (initramfs-tools would pull udev and spend half a minute building an initrd nobody boots). The packages the
+# third-party targets need (Debian's tgt, SPDK's runtime libraries, python3 for its rpc.py) come from vendor.py.
 PACKAGES: tuple[str, ...] = (
     "linux-image-amd64",
     "tiny-initramfs",
@@ -59,6 +62,7 @@ PACKAGES: tuple[str, ...] = (
     "jq",
     "e2fsprogs",
     "lvm2",
+    *vendor.GUEST_PACKAGES,
 )
 
 # Kernel modules kept in the image, with their dependencies (from modules.dep). Everything else under
@@ -208,12 +212,22 @@ def cache_key(
     suite: str = SUITE,
     modules: Iterable[str] = IMAGE_MODULES,
     build_script: str | None = None,
+    vendor_key: str | None = None,
 ) -> str:
-    """A hash of everything the image is made from: packages, suite, kept modules and this builder's text."""
+    """A hash of everything the image is made from: packages, suite, kept modules, this builder's text and the
+    inputs of the SPDK and SCST builds it carries (:func:`vendor.inputs_key`)."""
     if build_script is None:
         build_script = Path(__file__).read_text()
+    if vendor_key is None:
+        vendor_key = vendor.inputs_key()
     blob = json.dumps(
-        {"packages": sorted(packages), "suite": suite, "modules": sorted(modules), "script": build_script},
+        {
+            "packages": sorted(packages),
+            "suite": suite,
+            "modules": sorted(modules),
+            "script": build_script,
+            "vendor": vendor_key,
+        },
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -350,12 +364,69 @@ def _build_into(work: Path, key: str, log: Callable[[str], None]) -> Image:
     for tool in ("mmdebstrap", "depmod"):
         if shutil.which(tool) is None:
             raise ImageBuildError(f"image build: `{tool}` not found; install it (apt-get install mmdebstrap kmod)")
+    for source in vendor.SOURCES:  # a missing archive fails now, not after minutes of bootstrap
+        vendor.source_path(source)
     sources = debian_sources()
     if not sources:
         raise ImageBuildError(f"image build: no Debian {SUITE} entry in /etc/apt/sources.list*")
     (work / "debian.sources").write_text(sources)
     tarball = work / "bootstrap.tar"
 
+    # SPDK needs nothing from the bootstrap: build it (or find it cached) while mmdebstrap downloads.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        spdk_started = time.monotonic()
+        spdk_job = pool.submit(vendor.build_spdk, log=log)
+        _bootstrap(work, tarball, timings, log)
+        spdk = spdk_job.result()
+        timings["spdk_s"] = round(time.monotonic() - spdk_started, 1)
+
+    with tarfile.open(tarball) as tar:
+        members = tar.getmembers()
+        kernel_version = _kernel_version(members)
+        tool_versions = _tool_versions(tar)
+        # SCST for exactly the kernel the bootstrap picked (cached by it).
+        t0 = time.monotonic()
+        kernel_package = tool_versions.get(f"linux-image-{kernel_version}", "")
+        if not kernel_package:
+            raise ImageBuildError(f"image build: dpkg in the bootstrap lists no linux-image-{kernel_version}")
+        scst = vendor.build_scst(kernel_version, kernel_package, log=log)
+        timings["scst_s"] = round(time.monotonic() - t0, 1)
+
+        t0 = time.monotonic()
+        mod_prefix = _modules_prefix(members, kernel_version)
+        modules_dir = work / "modules"
+        extra_depends = scst.strings("kernel_module_depends")
+        kept = _extract_modules(
+            tar, members, mod_prefix, kernel_version, modules_dir, extra_depends, scst.tree / "lib" / "modules"
+        )
+        kernel_member = tar.getmember(f"./boot/vmlinuz-{kernel_version}")
+        with tar.extractfile(kernel_member) as src, (work / "vmlinuz").open("wb") as dst:  # type: ignore[union-attr]
+            shutil.copyfileobj(src, dst)
+        log(f"vlab image: kernel {kernel_version}, {kept} modules kept; writing the cpio ...")
+        with (work / "rootfs.cpio").open("wb") as out:
+            _write_cpio(out, tar, members, mod_prefix, modules_dir, (spdk.tree, scst.tree))
+    timings["cpio_s"] = round(time.monotonic() - t0, 1)
+    tarball.unlink()
+    shutil.rmtree(modules_dir)
+
+    manifest = {
+        "key": key,
+        "suite": SUITE,
+        "kernel_version": kernel_version,
+        "packages": list(PACKAGES),
+        "tool_versions": tool_versions,
+        "vendor": {build.manifest["name"]: {"cache": str(build.root), **build.manifest} for build in (spdk, scst)},
+        "timings": timings,
+        "initrd_bytes": (work / "rootfs.cpio").stat().st_size,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    (work / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    log(f"vlab image: timings {timings}")
+    return Image(work, key, kernel_version, tuple(tool_versions.items()))
+
+
+def _bootstrap(work: Path, tarball: Path, timings: dict[str, float], log: Callable[[str], None]) -> None:
+    """mmdebstrap the guest's root file system into ``tarball``."""
     t0 = time.monotonic()
     log(f"vlab image: mmdebstrap {SUITE} minbase with {len(PACKAGES)} packages ...")
     argv = [
@@ -378,38 +449,6 @@ def _build_into(work: Path, key: str, log: Callable[[str], None]) -> Image:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-12:])
         raise ImageBuildError(f"image build: mmdebstrap exited {proc.returncode}:\n{tail}")
     timings["bootstrap_s"] = round(time.monotonic() - t0, 1)
-
-    t0 = time.monotonic()
-    with tarfile.open(tarball) as tar:
-        members = tar.getmembers()
-        kernel_version = _kernel_version(members)
-        mod_prefix = _modules_prefix(members, kernel_version)
-        modules_dir = work / "modules"
-        kept = _extract_modules(tar, members, mod_prefix, kernel_version, modules_dir)
-        kernel_member = tar.getmember(f"./boot/vmlinuz-{kernel_version}")
-        with tar.extractfile(kernel_member) as src, (work / "vmlinuz").open("wb") as dst:  # type: ignore[union-attr]
-            shutil.copyfileobj(src, dst)
-        tool_versions = _tool_versions(tar)
-        log(f"vlab image: kernel {kernel_version}, {kept} modules kept; writing the cpio ...")
-        with (work / "rootfs.cpio").open("wb") as out:
-            _write_cpio(out, tar, members, mod_prefix, modules_dir)
-    timings["cpio_s"] = round(time.monotonic() - t0, 1)
-    tarball.unlink()
-    shutil.rmtree(modules_dir)
-
-    manifest = {
-        "key": key,
-        "suite": SUITE,
-        "kernel_version": kernel_version,
-        "packages": list(PACKAGES),
-        "tool_versions": tool_versions,
-        "timings": timings,
-        "initrd_bytes": (work / "rootfs.cpio").stat().st_size,
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    (work / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    log(f"vlab image: timings {timings}")
-    return Image(work, key, kernel_version, tuple(tool_versions.items()))
 
 
 def _kernel_version(members: list[tarfile.TarInfo]) -> str:
@@ -464,12 +503,22 @@ def _module_name(path: str) -> str:
 
 
 def _extract_modules(
-    tar: tarfile.TarFile, members: list[tarfile.TarInfo], prefix: str, version: str, dest: Path
+    tar: tarfile.TarFile,
+    members: list[tarfile.TarInfo],
+    prefix: str,
+    version: str,
+    dest: Path,
+    extra_depends: Iterable[str] = (),
+    extra_modules: Path | None = None,
 ) -> int:
-    """Extract the kept modules and the metadata files under dest/lib/modules/VERSION; regenerate the index."""
+    """Extract the kept modules and the metadata files under dest/lib/modules/VERSION; regenerate the index.
+
+    ``extra_modules`` (a ``lib/modules`` folder of out-of-tree modules, SCST's) is merged in after checking its
+    modules were built for this very kernel; ``extra_depends`` are the kernel's modules they need.
+    """
     dep_member = tar.getmember(prefix + "modules.dep")
     with tar.extractfile(dep_member) as handle:  # type: ignore[union-attr]
-        keep = module_closure(handle.read().decode(), IMAGE_MODULES, KEEP_MODULE_DIRS)
+        keep = module_closure(handle.read().decode(), (*IMAGE_MODULES, *extra_depends), KEEP_MODULE_DIRS)
     target = dest / "lib" / "modules" / version
     for member in members:
         if not member.name.startswith(prefix) or not member.isfile():
@@ -481,6 +530,15 @@ def _extract_modules(
         path.parent.mkdir(parents=True, exist_ok=True)
         with tar.extractfile(member) as src, path.open("wb") as dst:  # type: ignore[union-attr]
             shutil.copyfileobj(src, dst)
+    if extra_modules is not None:
+        reference = next(iter(sorted(target.glob("kernel/**/*.ko*"))))
+        kernel_vermagic = vendor.module_info(reference, "vermagic")
+        built = {p.name: vendor.module_info(p, "vermagic") for p in sorted((extra_modules / version).rglob("*.ko"))}
+        wrong = vendor.vermagic_mismatches(built, kernel_vermagic)
+        if wrong or not built:
+            found = "; ".join(wrong) or f"no modules in {extra_modules / version}"
+            raise ImageBuildError(f"image build: out-of-tree modules do not fit kernel {version}: {found}")
+        shutil.copytree(extra_modules / version, target, dirs_exist_ok=True)
     proc = subprocess.run(["depmod", "-b", str(dest), version], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise ImageBuildError(f"image build: depmod exited {proc.returncode}: {proc.stderr.strip()}")
@@ -542,7 +600,12 @@ class _CpioWriter:
 
 
 def _write_cpio(
-    out: BinaryIO, tar: tarfile.TarFile, members: list[tarfile.TarInfo], mod_prefix: str, modules_dir: Path
+    out: BinaryIO,
+    tar: tarfile.TarFile,
+    members: list[tarfile.TarInfo],
+    mod_prefix: str,
+    modules_dir: Path,
+    trees: Iterable[Path] = (),
 ) -> None:
     import stat
 
@@ -575,6 +638,28 @@ def _write_cpio(
         else:
             with path.open("rb") as src:
                 cpio.add(name, stat.S_IFREG | 0o644, src, size=path.stat().st_size)
+    # The third-party builds, laid out as in the guest (their modules came in through modules_dir).
+    for tree in trees:
+        _add_tree(cpio, tree, skip=("lib",))  # /lib is the bootstrap's symlink to usr/lib: never a folder
     cpio.add("init", stat.S_IFREG | 0o755, STUB_INIT.encode())
     cpio.add("etc/ssh/sshd_config.d/fabricqa.conf", stat.S_IFREG | 0o644, SSHD_CONFIG.encode())
     cpio.close()
+
+
+def _add_tree(cpio: _CpioWriter, tree: Path, skip: tuple[str, ...] = ()) -> None:
+    """Add a folder laid out as in the guest (folders before their contents, root-owned, modes kept), except
+    the top-level paths in ``skip`` and everything under them."""
+    import stat
+
+    for path in sorted(tree.rglob("*")):
+        name = str(path.relative_to(tree))
+        if name.split("/", 1)[0] in skip:
+            continue
+        info = path.lstat()
+        if path.is_symlink():
+            cpio.add(name, stat.S_IFLNK | 0o777, os.readlink(path).encode())
+        elif path.is_dir():
+            cpio.add(name, stat.S_IFDIR | 0o755)
+        else:
+            with path.open("rb") as src:
+                cpio.add(name, stat.S_IFREG | (info.st_mode & 0o7777), src, size=info.st_size)

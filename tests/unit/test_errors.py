@@ -21,6 +21,7 @@ USER_ERRORS = {
     "SpecError",
     "ThresholdError",
     "ToleranceError",
+    "VendorSourceError",
 }
 
 
