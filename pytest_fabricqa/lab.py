@@ -229,6 +229,64 @@ class TgtSettings(_Model):
     binary: str = "tgtd"
 
 
+SPDK_CORE_MASK_RE = re.compile(r"^(0x[0-9a-fA-F]+|\[[0-9]+([-,][0-9]+)*\])$")
+
+
+class SpdkSettings(_Model):
+    """How the plugin drives SPDK's NVMe-oF target (``nvmf_tgt``) on the target host: it starts one (``start: true``,
+    the default: ``binary``, ``core_mask``, the RPC socket, hugepages or ``no_huge`` with ``mem_size_mb``) or
+    attaches to one already running (``start: false``); either way through its JSON-RPC socket, with SPDK's own
+    ``rpc.py`` client where the host has one (``rpc_py``, else found on PATH or under /opt/spdk)."""
+
+    start: bool = True
+    binary: str | None = None
+    rpc_py: str | None = None
+    rpc_socket: str = "/var/tmp/spdk.sock"
+    core_mask: str | None = None
+    mem_size_mb: int | None = Field(None, ge=64, le=1048576)
+    no_huge: bool = False
+    no_pci: bool = True
+    start_timeout: float = Field(60.0, gt=0)
+    rpc_timeout: float = Field(60.0, gt=0)
+
+    @field_validator("binary", "rpc_py", "rpc_socket")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError(
+                f"{value!r} must be an absolute path on the target host, e.g. /opt/spdk/build/bin/nvmf_tgt"
+            )
+        return value
+
+    @field_validator("core_mask", mode="before")
+    @classmethod
+    def _mask_as_written(cls, value: Any) -> Any:
+        # YAML reads an unquoted 0xff as the number 255: it was meant as the mask.
+        return hex(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("core_mask")
+    @classmethod
+    def _core_mask(cls, value: str | None) -> str | None:
+        if value is not None and not SPDK_CORE_MASK_RE.match(value):
+            raise ValueError(f"core_mask {value!r} is not an SPDK core mask: a hex mask such as 0x1, or a list [0,2-3]")
+        return value
+
+    @model_validator(mode="after")
+    def _start_keys(self) -> SpdkSettings:
+        if not self.start:
+            given = [k for k in ("binary", "core_mask", "mem_size_mb") if getattr(self, k) is not None]
+            given += ["no_huge"] if self.no_huge else []
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)} only apply when the plugin starts nvmf_tgt; set start: true or drop them"
+                )
+        if self.no_huge and self.mem_size_mb is None:
+            raise ValueError(
+                "no_huge runs nvmf_tgt without hugepages and needs its memory size; set mem_size_mb, e.g. 512"
+            )
+        return self
+
+
 class TargetModel(_Model):
     """A storage target: its name (default: its kind), its kind, the host it runs on, the protocols it serves
     and what it exports. The kinds and what each can serve are :data:`pytest_fabricqa.targets.REGISTRY`."""
@@ -243,6 +301,7 @@ class TargetModel(_Model):
     iscsi: IscsiExport | None = None
     scst: ScstSettings | None = None
     tgt: TgtSettings | None = None
+    spdk: SpdkSettings | None = None
     name_prefix: str = "fabricqa"
 
     @field_validator("kind")
@@ -275,7 +334,7 @@ class TargetModel(_Model):
             raise ValueError("serves iscsi or iser but has no 'iscsi' section (iqn, port, luns)")
         if self.iscsi is not None and self.iscsi.cmdsn_depth is not None and self.kind != "lio":
             raise ValueError(f"iscsi.cmdsn_depth is LIO's default_cmdsn_depth; a {self.kind} target cannot take it")
-        for section in ("scst", "tgt"):
+        for section in ("scst", "tgt", "spdk"):
             if getattr(self, section) is not None and self.kind != section:
                 raise ValueError(
                     f"'{section}' holds settings of {section} targets; a {self.kind} target cannot take it"
@@ -294,6 +353,11 @@ class TargetModel(_Model):
             if self.kind != "external" and name not in self.devices:
                 raise ValueError(f"exports device {name!r}, which is not under 'devices'")
         return self
+
+    @property
+    def spdk_settings(self) -> SpdkSettings:
+        """The ``spdk`` section, or its defaults (start nvmf_tgt, /var/tmp/spdk.sock) when the lab gives none."""
+        return self.spdk if self.spdk is not None else SpdkSettings()
 
 
 class VlabDrive(_Model):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from pytest_fabricqa.lab import LabError, LabModel
+from pytest_fabricqa.lab import NQN_RE, LabError, LabModel
 from pytest_fabricqa.targets import REGISTRY, kinds_serving
 
 Key = tuple[str, ...]
@@ -74,6 +74,14 @@ def _target_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
                 ]
         for key, dev in _repeats(exported):
             yield key, f"device {dev!r} is exported twice as an NVMe namespace; list it once"
+        if target.kind == "spdk" and target.nvme is not None:
+            for s, subsystem in enumerate(target.nvme.subsystems):
+                if not NQN_RE.match(subsystem.nqn):
+                    yield (
+                        (*at, "nvme", "subsystems", str(s), "nqn"),
+                        f"SPDK takes only NVMe qualified names and {subsystem.nqn!r} is a short name (nvmet takes "
+                        "those, SPDK refuses them); use nqn.yyyy-mm.reverse.domain:name",
+                    )
         if target.iscsi is not None:
             luns = [((*at, "iscsi", "luns", str(n)), dev) for n, dev in enumerate(target.iscsi.luns)]
             for key, dev in _repeats(luns):
@@ -95,14 +103,16 @@ def _name_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
     iqns: list[tuple[Key, str]] = []
     for i, target in enumerate(lab.targets):
         if target.nvme is not None:
-            nqns += [
+            # Two targets may serve the same NQNs (seed 000's nvmet and SPDK did): a case provisions one at a time.
+            own = [
                 (("targets", str(i), "nvme", "subsystems", str(s), "nqn"), sub.nqn)
                 for s, sub in enumerate(target.nvme.subsystems)
             ]
+            for key, nqn in _repeats(own):
+                yield key, f"subsystem NQN {nqn!r} is used twice in this target; every subsystem needs its own NQN"
+            nqns += own
         if target.iscsi is not None:
             iqns.append((("targets", str(i), "iscsi", "iqn"), target.iscsi.iqn))
-    for key, nqn in _repeats(nqns):
-        yield key, f"subsystem NQN {nqn!r} is used twice; every subsystem needs its own NQN"
     for key, iqn in _repeats(iqns):
         yield key, f"target IQN {iqn!r} is used by two targets; give each target its own IQN"
     host_nqns = [(("hosts", name, "host_nqn"), h.host_nqn) for name, h in lab.hosts.items() if h.host_nqn]

@@ -19,7 +19,7 @@ class ProtocolSpec:
     transport: str  # what an export names it: the NVMe trtype ("tcp", "rdma"), the SCSI transport ("tcp", "iser")
     initiator_tools: tuple[str, ...]
     initiator_modules: tuple[str, ...]
-    target_modules: dict[str, tuple[str, ...]]  # by target kind
+    target_modules: dict[str, tuple[str, ...]]  # by target kind: the kinds that serve the protocol, and their modules
 
     @property
     def needs_rdma(self) -> bool:
@@ -36,7 +36,8 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
         "tcp",
         ("fio", "nvme"),
         ("nvme_fabrics", "nvme_tcp"),
-        {"nvmet": ("nvmet", "nvmet_tcp")},
+        # SPDK's TCP transport is user space: no target module.
+        {"nvmet": ("nvmet", "nvmet_tcp"), "spdk": ()},
     ),
     # NVMe over Fabrics (RDMA, mainline 4.8): seed 000 ran the target on 4.8.17.
     "nvme-rdma": ProtocolSpec(
@@ -46,7 +47,8 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
         "rdma",
         ("fio", "nvme"),
         ("nvme_fabrics", "nvme_rdma"),
-        {"nvmet": ("nvmet", "nvmet_rdma")},
+        # SPDK's RDMA transport runs on libibverbs and librdmacm, which reach the RNIC through these.
+        {"nvmet": ("nvmet", "nvmet_rdma"), "spdk": ("ib_uverbs", "rdma_ucm")},
     ),
     "iscsi": ProtocolSpec(
         "iscsi",

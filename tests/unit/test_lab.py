@@ -41,6 +41,13 @@ def iscsi_lab(setting: str) -> str:
     )
 
 
+def spdk_lab(settings: str) -> str:
+    """GOOD with an SPDK target instead of nvmet (a full NQN, as SPDK wants), with ``settings`` as its spdk section."""
+    return GOOD.replace("kind: nvmet", "kind: spdk").replace("nqn: nvmet1", "nqn: 'nqn.2016-06.io.spdk:cnode1'") + (
+        f"    spdk: {settings}\n" if settings else ""
+    )
+
+
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "lab.yaml"
     path.write_text(text)
@@ -147,6 +154,38 @@ BAD = [
         r"lab\.yaml:\d+: targets\[0\]: iscsi\.cmdsn_depth is LIO's default_cmdsn_depth; a nvmet target",
     ),
     (
+        "spdk-no-huge-without-memory",
+        spdk_lab("{no_huge: true}"),
+        r"lab\.yaml:\d+: targets\[0\]\.spdk: no_huge runs nvmf_tgt without hugepages and needs its memory size; "
+        r"set mem_size_mb, e\.g\. 512$",
+    ),
+    (
+        "spdk-start-keys-when-attaching",
+        spdk_lab("{start: false, binary: /opt/spdk/build/bin/nvmf_tgt, core_mask: '0x3'}"),
+        r"lab\.yaml:\d+: targets\[0\]\.spdk: binary, core_mask only apply when the plugin starts nvmf_tgt; set "
+        r"start: true or drop them$",
+    ),
+    (
+        "spdk-bad-core-mask",
+        spdk_lab("{core_mask: 'cores 1-2'}"),
+        r"lab\.yaml:\d+: targets\[0\]\.spdk\.core_mask: core_mask 'cores 1-2' is not an SPDK core mask",
+    ),
+    (
+        "spdk-relative-socket",
+        spdk_lab("{rpc_socket: spdk.sock}"),
+        r"lab\.yaml:\d+: targets\[0\]\.spdk\.rpc_socket: 'spdk\.sock' must be an absolute path on the target host",
+    ),
+    (
+        "spdk-unknown-key",
+        spdk_lab("{hugepages: 512}"),
+        r"lab\.yaml:\d+: targets\[0\]\.spdk\.hugepages: unknown key",
+    ),
+    (
+        "spdk-section-on-nvmet",
+        GOOD + "    spdk: {start: false}\n",
+        r"lab\.yaml:\d+: targets\[0\]: 'spdk' holds settings of spdk targets; a nvmet target cannot take it$",
+    ),
+    (
         "bad-address",
         GOOD.replace("address: 10.10.10.19", "address: 10.10.10.300"),
         r"lab\.yaml:\d+: hosts\.stor\.storage\.address: ",
@@ -162,6 +201,17 @@ def test_bad_lab_gives_one_line(tmp_path: Path, text: str, message: str) -> None
     assert "\n" not in text_out
     assert text_out.startswith(str(tmp_path / "lab.yaml"))
     assert re.search(message, text_out), text_out
+
+
+def test_spdk_settings_load_with_defaults_or_as_given(tmp_path: Path) -> None:
+    lab = load_lab(write(tmp_path, spdk_lab("")))
+    assert lab.targets[0].spdk is None and lab.targets[0].spdk_settings.start
+    assert lab.targets[0].spdk_settings.rpc_socket == "/var/tmp/spdk.sock"
+    lab = load_lab(write(tmp_path, spdk_lab("{core_mask: '[0,2-3]', mem_size_mb: 512, no_huge: true}")))
+    settings = lab.targets[0].spdk_settings
+    assert (settings.core_mask, settings.mem_size_mb, settings.no_huge) == ("[0,2-3]", 512, True)
+    lab = load_lab(write(tmp_path, spdk_lab("{core_mask: 0xff}")))  # YAML's number 255, meant as the mask
+    assert lab.targets[0].spdk_settings.core_mask == "0xff"
 
 
 def test_missing_file_names_it(tmp_path: Path) -> None:

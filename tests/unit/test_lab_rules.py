@@ -38,7 +38,16 @@ CASES = {
     "same-nqn-twice": (
         _swap(VLAB, '"nqn.2026-11.io.fabricqa:vlab-nvme0"', '"nqn.2026-11.io.fabricqa:vlab-ram0"'),
         r"\d+: targets\[0\]\.nvme\.subsystems\[1\]\.nqn: subsystem NQN 'nqn.2026-11.io.fabricqa:vlab-ram0' is used "
-        r"twice; every subsystem needs its own NQN$",
+        r"twice in this target; every subsystem needs its own NQN$",
+    ),
+    "spdk-short-nqn": (
+        _swap(
+            _swap(VLAB, "  - kind: nvmet\n", "  - kind: spdk\n"),
+            '"nqn.2026-11.io.fabricqa:vlab-nvme0"',
+            "nvmet2",
+        ),
+        r"\d+: targets\[0\]\.nvme\.subsystems\[1\]\.nqn: SPDK takes only NVMe qualified names and 'nvmet2' is a "
+        r"short name \(nvmet takes those, SPDK refuses them\); use nqn\.yyyy-mm\.reverse\.domain:name$",
     ),
     "same-iqn-twice": (
         _swap(
@@ -154,6 +163,17 @@ def test_the_line_is_the_offending_key(tmp_path: Path) -> None:
     assert "vlab-ram0" in text.splitlines()[line - 1] and "nvme0]" in text.splitlines()[line - 1]
 
 
+def test_two_targets_may_serve_the_same_nqns() -> None:
+    """Seed 000 served nvmet1/nvmet2 from the kernel target and from SPDK: one target per case, so no clash."""
+    spdk = (
+        "  - kind: spdk\n    host: vstor\n    protocols: []\n    devices: *devices\n"
+        "    nvme:\n      port: 4421\n      subsystems:\n"
+        '        - {nqn: "nqn.2026-11.io.fabricqa:vlab-ram0", namespaces: [ram0]}\n'
+    )
+    lab = LabModel.model_validate(yaml.safe_load(_swap(VLAB, "  - kind: lio\n", spdk + "  - kind: lio\n")))
+    assert list(lab_problems(lab)) == []
+
+
 def test_thick_mode_settings_load() -> None:
     text = _swap(RAC3, "  diskgroups: [NVME]", "  diskgroups: [NVME]\n  driver_mode: thick\n  lib_dir: /opt/ic")
     lab = LabModel.model_validate(yaml.safe_load(text))
@@ -172,5 +192,8 @@ def test_a_broken_rule_stops_pytest_with_exit_4_and_one_line(tmp_path: Path) -> 
     )  # fmt: skip
     assert result.returncode == 4, result.stdout + result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR:")]
-    assert len(errors) == 1 and "subsystem NQN 'nqn.2026-11.io.fabricqa:vlab-ram0' is used twice" in errors[0]
+    assert (
+        len(errors) == 1
+        and "subsystem NQN 'nqn.2026-11.io.fabricqa:vlab-ram0' is used twice in this target" in errors[0]
+    )
     assert "Traceback" not in result.stderr
