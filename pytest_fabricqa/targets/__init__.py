@@ -41,7 +41,7 @@ SCSI: tuple[str, ...] = ("iscsi", "iser")
 
 REGISTRY: dict[str, Kind] = {
     "nvmet": Kind("pytest_fabricqa.targets.nvmet:NvmetTarget", NVME_OF, no_reservations=NVMET_NO_RESERVATIONS),
-    "spdk": Kind(None, NVME_OF),
+    "spdk": Kind("pytest_fabricqa.targets.spdk:SpdkTarget", NVME_OF),
     "lio": Kind("pytest_fabricqa.targets.lio:LioTarget", SCSI),
     "scst": Kind("pytest_fabricqa.targets.scst:ScstTarget", SCSI),
     "tgt": Kind("pytest_fabricqa.targets.tgt:TgtTarget", SCSI),
@@ -75,7 +75,7 @@ def load_target(lab: LabModel, model: TargetModel, hosts: Mapping[str, Host]) ->
         raise ProvisionError(
             model.host or model.address or lab.name,
             f"target kind {model.kind!r} ({where}) is not implemented yet",
-            f"use kind nvmet, lio or external (an array provisioned by hand) for now; supported: "
+            f"use kind nvmet, spdk, lio or external (an array provisioned by hand) for now; supported: "
             f"{', '.join(k for k, v in REGISTRY.items() if v.driver)}",
         )
     module_name, class_name = path.split(":")
