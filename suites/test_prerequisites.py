@@ -1,8 +1,8 @@
 """Prerequisites: what a storage engineer checks by hand before a qualification run.
 
 The tools each role needs, kernels that can run the protocol (its modules loaded, built in or installed: a
-capability, never a `uname -r` comparison), the storage interface (address, MTU) and an RDMA link for nvme-rdma
-and iser. Read-only checks: they may run in parallel.
+capability, never a `uname -r` comparison), a user-space target's own software (SPDK's nvmf_tgt or running app, its
+RPC socket, hugepages), the storage interface (address, MTU) and an RDMA link for nvme-rdma and iser. Read-only checks: they may run in parallel.
 """
 
 from __future__ import annotations
@@ -59,12 +59,23 @@ def test_target_kernel_and_modules(lab: LabModel, protocol: str, target_host: Ho
 
 
 def test_target_daemon(lab: LabModel, protocol: str, target_host: Host | None) -> None:
-    """A target kind with a user-space half (SCST's iscsi-scstd, tgt's tgtd) has it running, or installed when the
-    lab has the plugin start it."""
+    """A target kind with a user-space half has it ready: SCST's iscsi-scstd and tgt's tgtd running, or installed
+    when the lab has the plugin start them; SPDK's nvmf_tgt (or the running app and its RPC socket), python3 for its
+    RPC client, hugepages or the no-huge setting, and RDMA built in for nvme-rdma."""
     target = lab.target_for(protocol)
     daemon = target_daemon(target, lab.targets.index(target))
-    if target_host is None or daemon is None:
+    check = None
+    if target_host is not None and target.host is not None:
+        from pytest_fabricqa.targets import load_target
+
+        check = getattr(load_target(lab, target, {target.host: target_host}), "prerequisite_problems", None)
+    if target_host is None or (daemon is None and check is None):
         pytest.skip(f"{protocol}: a {target.kind} target has no daemon of its own to check")
+    if check is not None:
+        problems = check(protocol)
+        assert not problems, "; ".join(problems)
+        return
+    assert daemon is not None
     out = target_host.run(["sh", "-c", DAEMON_SCRIPT, "sh", daemon.name, daemon.binary], check=False)
     problem = daemon_problem(target_host.name, daemon, out.stdout)
     assert problem is None, problem

@@ -77,3 +77,32 @@ def test_missing_tool_is_named(pytester: pytest.Pytester, monkeypatch: pytest.Mo
     result = _run(pytester, LOCAL_LAB, "-k", "initiator_tools")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*localhost: missing nvme (install it for nvme-tcp)*"])
+
+
+def _spdk_lab(pytester: pytest.Pytester, spdk: str) -> Path:
+    """The local lab with an SPDK target instead of nvmet, its ``spdk`` section as given."""
+    lab = pytester.path / "spdk.yaml"
+    text = LOCAL_LAB.read_text().replace("kind: nvmet", "kind: spdk") + f"    spdk: {spdk}\n"
+    lab.write_text(text)
+    return lab
+
+
+def test_spdk_target_names_what_is_missing_on_which_host(pytester: pytest.Pytester) -> None:
+    """SPDK's own prerequisites fire: a binary that is not there, no hugepages (start mode), no RPC socket (attach)."""
+    hugepages = next(
+        (int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if "HugePages_Free" in line), 0
+    )
+    result = _run(pytester, _spdk_lab(pytester, "{binary: /nonexistent/nvmf_tgt}"), "-k", "target_daemon")
+    result.assert_outcomes(failed=1)
+    lines = ["*localhost: SPDK's nvmf_tgt not found at /nonexistent/nvmf_tgt (targets[[]0].spdk.binary); install*"]
+    if hugepages == 0:
+        lines.append(
+            "*; localhost: no free hugepages for nvmf_tgt (HugePages_Total *, HugePages_Free 0); *no_huge: true*"
+        )
+    result.stdout.fnmatch_lines(lines)
+    sock = pytester.path / "none.sock"
+    result = _run(pytester, _spdk_lab(pytester, f"{{start: false, rpc_socket: {sock}}}"), "-k", "target_daemon")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [f"*localhost: no SPDK RPC socket at {sock} (targets[[]0].spdk.start is false, so an app must be running)*"]
+    )
