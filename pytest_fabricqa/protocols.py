@@ -19,7 +19,7 @@ class ProtocolSpec:
     transport: str  # what an export names it: the NVMe trtype ("tcp", "rdma"), the SCSI transport ("tcp", "iser")
     initiator_tools: tuple[str, ...]
     initiator_modules: tuple[str, ...]
-    target_modules: dict[str, tuple[str, ...]]  # by target kind: the kinds that serve the protocol, and their modules
+    target_modules: dict[str, tuple[str, ...]]  # by target kind: the kernel modules it needs for this protocol
 
     @property
     def needs_rdma(self) -> bool:

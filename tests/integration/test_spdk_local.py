@@ -2,9 +2,10 @@
 no hugepages): provisioning, teardown, a killed run's nvmf_tgt found and stopped by the next start, and objects made
 by hand in an app we attach to left alone.
 
-nvmf_tgt comes from ``FABRICQA_SPDK_NVMF_TGT`` (a path), PATH or /opt/spdk/build/bin; SPDK's own rpc.py client is
-used too where ``FABRICQA_SPDK_RPC_PY`` names one (else the plugin's own client only). Without nvmf_tgt the tests
-skip, saying so.
+nvmf_tgt comes from ``FABRICQA_SPDK_NVMF_TGT`` (a path), PATH, /opt/spdk, or the virtual lab's SPDK build cache
+(~/.cache/fabricqa/vendor/spdk-*/tree/opt/spdk/bin: CI builds the image first); SPDK's own rpc.py client is used
+too where ``FABRICQA_SPDK_RPC_PY`` names one, or beside the cached nvmf_tgt (else the plugin's own client only).
+Without nvmf_tgt the tests skip, saying so.
 """
 
 from __future__ import annotations
@@ -38,13 +39,24 @@ def _binary() -> str | None:
     given = os.environ.get("FABRICQA_SPDK_NVMF_TGT")
     if given:
         return given if os.access(given, os.X_OK) else None
-    return shutil.which("nvmf_tgt") or next(
-        (p for p in ("/opt/spdk/build/bin/nvmf_tgt",) if os.access(p, os.X_OK)), None
-    )
+    # The virtual lab's image build leaves a host-runnable nvmf_tgt in its cache: that is how CI gets one.
+    cached = sorted(Path.home().glob(".cache/fabricqa/vendor/spdk-*/tree/opt/spdk/bin/nvmf_tgt"))
+    places = ["/opt/spdk/bin/nvmf_tgt", "/opt/spdk/build/bin/nvmf_tgt", *map(str, cached)]
+    return shutil.which("nvmf_tgt") or next((p for p in places if os.access(p, os.X_OK)), None)
 
 
 BINARY = _binary()
-RPC_PY = os.environ.get("FABRICQA_SPDK_RPC_PY") or None
+
+
+def _rpc_py() -> str | None:
+    given = os.environ.get("FABRICQA_SPDK_RPC_PY")
+    if given or BINARY is None:
+        return given or None
+    beside = Path(BINARY).parents[1] / "scripts" / "rpc.py"  # the image build's /opt/spdk/{bin,scripts}
+    return str(beside) if beside.is_file() else None
+
+
+RPC_PY = _rpc_py()
 
 pytestmark = [
     pytest.mark.skipif(

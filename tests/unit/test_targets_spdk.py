@@ -258,8 +258,10 @@ def target_on(host: FakeSpdkHost, **spdk: Any) -> SpdkTarget:
 
 def test_registered_under_its_kind_with_the_protocols_it_serves() -> None:
     from pytest_fabricqa.protocols import PROTOCOLS
+    from pytest_fabricqa.targets import REGISTRY
 
-    assert [name for name, spec in PROTOCOLS.items() if "spdk" in spec.target_modules] == ["nvme-tcp", "nvme-rdma"]
+    assert REGISTRY["spdk"].serves == ("nvme-tcp", "nvme-rdma")
+    assert PROTOCOLS["nvme-rdma"].target_modules["spdk"] == ("ib_uverbs", "rdma_ucm")
     assert isinstance(target_on(FakeSpdkHost(), **START), SpdkTarget)
 
 
@@ -465,7 +467,8 @@ def test_prerequisites_name_what_is_missing_on_which_host() -> None:
     facts = parse_probe("no-binary nvmf_tgt\nhugepages 512 256 2048\n")
     assert spdk_problems("vstor", "targets[0]", facts, settings, "nvme-rdma", None) == [
         "vstor: python3 is missing (SPDK's rpc.py and fabricqa's JSON-RPC client run on it); install python3",
-        "vstor: SPDK's nvmf_tgt not found (not on PATH, in /opt/spdk/build/bin or /usr/local/bin); install SPDK on "
+        "vstor: SPDK's nvmf_tgt not found (not on PATH, in /opt/spdk/bin, /opt/spdk/build/bin or /usr/local/bin); "
+        "install SPDK on "
         "the target host or set targets[0].spdk.binary",
         "vstor: 512 MiB of hugepages free, nvmf_tgt is to get 1024 MiB; reserve more hugepages or lower "
         "targets[0].spdk.mem_size_mb",
@@ -488,6 +491,8 @@ def test_the_probe_finds_spdk_and_its_own_rpc_client() -> None:
     assert facts.binary and facts.binary.endswith("nvmf_tgt") and facts.binary_rdma and facts.python3
     assert facts.rpc_py and facts.client_mode == f"spdk:{facts.rpc_pydir}"
     assert parse_probe("python3 yes\nhugepages 0 0 2048\n").client_mode == "own"
+    # rpc.py without SPDK's python package beside it cannot run: fabricqa's client then.
+    assert parse_probe("rpc-py /opt/spdk/scripts/rpc.py\npython3 yes\n").client_mode == "own"
 
 
 def test_the_client_script_speaks_json_rpc_and_sends_a_busy_call_again(tmp_path: Path) -> None:

@@ -12,12 +12,13 @@ from pytest_fabricqa.lab import SpdkSettings
 from pytest_fabricqa.transport.base import Host
 
 # argv: binary (lab's or ""), rpc.py (lab's or ""), socket. One line per fact. Where the lab names neither, nvmf_tgt
-# and rpc.py are looked for on PATH, then in SPDK's build tree under /opt/spdk, then under /usr/local.
+# and rpc.py are looked for on PATH, then under /opt/spdk (the virtual lab's image: bin/, scripts/; or SPDK's build
+# tree: build/bin/), then under /usr/local.
 PROBE_SCRIPT = r"""
 b=$1
 if [ -z "$b" ]; then
   b=$(command -v nvmf_tgt 2>/dev/null)
-  [ -n "$b" ] || for c in /opt/spdk/build/bin/nvmf_tgt /usr/local/bin/nvmf_tgt; do [ -x "$c" ] && { b=$c; break; }; done
+  [ -n "$b" ] || for c in /opt/spdk/bin/nvmf_tgt /opt/spdk/build/bin/nvmf_tgt /usr/local/bin/nvmf_tgt; do [ -x "$c" ] && { b=$c; break; }; done
 fi
 if [ -n "$b" ] && [ -x "$b" ]; then
   echo "binary $b"
@@ -61,9 +62,9 @@ class SpdkHost:
 
     @property
     def client_mode(self) -> str:
-        """The RPC client to use: SPDK's own (beside rpc.py) or fabricqa's."""
-        if self.rpc_py is not None:
-            return f"spdk:{self.rpc_pydir or ''}"
+        """The RPC client to use: SPDK's own (the ``python`` folder beside rpc.py's ``scripts``) or fabricqa's."""
+        if self.rpc_py is not None and self.rpc_pydir is not None:
+            return f"spdk:{self.rpc_pydir}"
         return "own"
 
     @property

@@ -473,7 +473,7 @@ def binary_problem(where: str, facts: app.SpdkHost, protocol: str | None) -> Pro
                 "install SPDK there or fix the path",
             )
         return (
-            "SPDK's nvmf_tgt not found (not on PATH, in /opt/spdk/build/bin or /usr/local/bin)",
+            "SPDK's nvmf_tgt not found (not on PATH, in /opt/spdk/bin, /opt/spdk/build/bin or /usr/local/bin)",
             f"install SPDK on the target host or set {where}.spdk.binary",
         )
     if protocol is not None and protocol_spec(protocol).needs_rdma and not facts.binary_rdma:
