@@ -570,3 +570,12 @@ def test_after_our_app_died_an_app_on_the_same_socket_is_left_alone() -> None:
     target = target_on(host, **START)
     assert target.cleanup_stale() == [f"vstor: removed the stale state file {target.state_file}"]
     assert set(host.subsystems) == {NQN} and set(host.bdevs) == {"fabricqa_ram0"}
+
+
+def test_a_host_without_python3_has_no_leftovers_of_ours_to_report() -> None:
+    """No RPC client can run there, so nothing of ours can be there: the gate says nothing, and provisioning says why."""
+    host = FakeSpdkHost()
+    host.python3 = False
+    target = target_on(host, **START)
+    assert target.leftovers() == [] and target.cleanup_stale() == []
+    assert not any(c[0] == "python3" for c in host.commands)

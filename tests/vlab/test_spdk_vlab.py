@@ -202,9 +202,9 @@ def test_a_hand_made_subsystem_survives_a_kill_and_the_next_run(
         assert "an SPDK app already answers on /var/tmp/spdk.sock and was not started by fabricqa" in str(info.value)
         assert "\n" not in str(info.value)
 
-        _kill_half_made(lab, ssh, "nvme-rdma")  # attached: our subsystems and bdevs half-made in their app
+        _kill_half_made(lab, ssh, "nvme-tcp")  # attached: our subsystems and bdevs half-made in their app
         assert any(f"SPDK subsystem {RAM_NQN}" in line for line in leftovers(lab, hosts))
-        fabric = connect_fabric(lab, "nvme-rdma", hosts)
+        fabric = connect_fabric(lab, "nvme-tcp", hosts)
         try:
             assert any(f"removed SPDK subsystem {RAM_NQN}" in line for line in fabric.stale_removed)
             assert len(fabric.devices) == 4
