@@ -506,6 +506,7 @@ def test_suite_from_nodeid() -> None:
     assert suite_from_nodeid("suites/test_connectivity.py::test_x") == "connectivity"
     assert suite_from_nodeid("suites/test_performance.py::test_fio[nvme-tcp-x]") == "performance"
     assert suite_from_nodeid("suites/test_oracle.py::test_calibrate_io") == "oracle"
+    assert suite_from_nodeid("suites/test_integrity.py::test_concurrent_regions[iscsi-8k]") == "integrity"
     assert suite_from_nodeid("tests/test_misc.py::test_x") is None
 
 
