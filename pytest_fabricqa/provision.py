@@ -235,6 +235,12 @@ def connect_fabric(lab: LabModel, protocol: str, hosts: Mapping[str, Host]) -> F
         iface=iface_name(model, export.transport),
         target_kind=model.kind,
     )
+    # A target kind whose queue limits live behind its own interface (SPDK's transport) reads them itself.
+    reader = getattr(target, "queue_settings", None)
+    if reader is not None and model.host is not None:
+        values = reader(protocol)
+        if values:
+            fabric.queues.setdefault(model.host, {}).update(values)
     return fabric
 
 

@@ -579,3 +579,15 @@ def test_a_host_without_python3_has_no_leftovers_of_ours_to_report() -> None:
     target = target_on(host, **START)
     assert target.leftovers() == [] and target.cleanup_stale() == []
     assert not any(c[0] == "python3" for c in host.commands)
+
+
+def test_the_transports_queue_limits_are_read_back() -> None:
+    """SPDK 23.01's TCP transport caps a queue at 128 (recorded): a case at QD 128 x 4 jobs records what it met."""
+    host = FakeSpdkHost()
+    target = target_on(host, **START)
+    undo = UndoStack()
+    target.provision("nvme-tcp", undo)
+    assert target.queue_settings("nvme-tcp") == {"spdk_max_queue_depth": 128, "spdk_max_io_qpairs_per_ctrlr": 127}
+    assert target.queue_settings("nvme-rdma") == {}  # no RDMA transport in this app
+    assert undo.unwind() == []
+    assert target.queue_settings("nvme-tcp") == {}  # no app: nothing read, nothing guessed

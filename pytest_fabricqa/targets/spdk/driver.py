@@ -30,6 +30,8 @@ PATH_KINDS = 'for p; do if [ -b "$p" ]; then echo "B $p"; elif [ -f "$p" ]; then
 # An AIO bdev over a file cannot detect a block size (SPDK answers "Invalid argument": rpc-session.json); a block
 # device's own logical block size is detected.
 FILE_BLOCK_SIZE = 512
+# The transport options that bound what an initiator's queue depth reaches (nvmf_get_transports).
+QUEUE_KEYS = ("max_queue_depth", "max_io_qpairs_per_ctrlr")
 SNAPSHOT_CALLS: tuple[tuple[str, None], ...] = (
     ("nvmf_get_subsystems", None),
     ("bdev_get_bdevs", None),
@@ -393,6 +395,24 @@ class SpdkTarget(ConfigfsTarget):
             self.rpc().call("nvmf_delete_subsystem", {"nqn": name})
         elif what == "bdev" and name in snap.bdevs:
             self.rpc().call("bdev_aio_delete", {"name": name})
+
+    # -- what shapes the figures ---------------------------------------------------------------------------
+    def queue_settings(self, protocol: str) -> dict[str, int]:
+        """The transport's queue limits for ``protocol`` as the app reports them (SPDK 23.01's TCP default caps a
+        queue at 128 entries and a controller at 127 I/O queues): what a deep fio queue actually meets. Empty when
+        they cannot be read: the report then shows none rather than a guess."""
+        try:
+            snap = self.snapshot()
+            transports = self.rpc().call("nvmf_get_transports") if snap.loaded else []
+        except (SpdkUnreachable, SpdkRpcError):
+            return {}
+        trtype = protocol_spec(protocol).transport.upper()
+        entry: dict[str, Any] = next((t for t in transports or [] if str(t.get("trtype", "")).upper() == trtype), {})
+        return {
+            f"spdk_{key}": int(entry[key])
+            for key in QUEUE_KEYS
+            if isinstance(entry.get(key), int) and not isinstance(entry.get(key), bool)
+        }
 
     # -- stale state and leftovers -------------------------------------------------------------------------
     def _marked(self, snap: SpdkSnapshot) -> list[str]:
