@@ -33,6 +33,8 @@ IQN_RE = re.compile(r"^iqn\.\d{4}-\d{2}\.[a-z0-9][a-z0-9.-]*[a-z0-9](:[a-z0-9.:_
 # Linux nvmet also accepts a short subsystem name (seed 000 used "nvmet1"); nothing a shell or configfs misreads.
 SHORT_NQN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,222}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# A namespace's 16-byte NGUID, written as nvmetcli saves it (and configfs' device_nguid takes it).
+NGUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 
 
 class LabError(UserError):
@@ -106,7 +108,17 @@ class Device(_Model):
     writable: bool = False
     destructive_ok: bool = False
     load: bool = True  # performance workloads run on it (false: exported for connectivity checks only)
+    nguid: str | None = None  # the namespace's NGUID when exported over NVMe-oF (seed 000 set them by hand)
     corruptible: bool = False
+
+    @field_validator("nguid")
+    @classmethod
+    def _nguid(cls, value: str | None) -> str | None:
+        if value is not None and not NGUID_RE.match(value):
+            raise ValueError(
+                f"nguid {value!r} is not an NGUID: 32 hex digits as 8-4-4-4-12, e.g. 00000000-0000-0000-0000-000000000101"
+            )
+        return value
 
     @model_validator(mode="after")
     def _corruptible_is_writable(self) -> Device:
@@ -320,6 +332,14 @@ class TargetModel(_Model):
             raise ValueError(f"target name {value!r} may hold only letters, digits, '.', '_' and '-'")
         return value
 
+    @property
+    def reactor_cores(self) -> str:
+        """The cores an SPDK target's reactors poll on (its ``spdk.core_mask``, as the lab gives it); empty for
+        other kinds, and for an SPDK app the plugin attaches to without being told its mask."""
+        # Read by name: the spdk section arrives with the spdk kind (issue 12 item 1).
+        settings = getattr(self, "spdk", None)
+        return str(getattr(settings, "core_mask", None) or "")
+
     @model_validator(mode="after")
     def _default_name(self) -> TargetModel:
         if not self.name:
@@ -450,12 +470,18 @@ class LabModel(_Model):
         """Names of the hosts that have ``role``, in file order."""
         return [name for name, host in self.hosts.items() if role in host.roles]
 
-    def target_for(self, protocol: str) -> TargetModel:
-        """The target that serves ``protocol``."""
-        for target in self.targets:
-            if protocol in target.protocols:
+    def targets_for(self, protocol: str) -> list[TargetModel]:
+        """Every target serving ``protocol``, in file order."""
+        return [t for t in self.targets if protocol in t.protocols]
+
+    def target_for(self, protocol: str, name: str | None = None) -> TargetModel:
+        """The target called ``name`` serving ``protocol``; without ``name``, the first target serving it (what a
+        lab with one target per protocol means)."""
+        for target in self.targets_for(protocol):
+            if name is None or target.name == name:
                 return target
-        raise LabError(f"lab {self.name!r}: no target serves {protocol}")
+        which = f"no target {name!r}" if name else "no target"
+        raise LabError(f"lab {self.name!r}: {which} serves {protocol}")
 
     def target_address(self, target: TargetModel) -> str:
         """The portal address initiators use: the external address, or the target host's storage address."""

@@ -9,7 +9,7 @@ file, the line, the key, what is wrong and how to fix it (plugin.py turns it int
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from pytest_fabricqa.lab import NQN_RE, LabError, LabModel
@@ -101,6 +101,9 @@ def _name_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
             )
     nqns: list[tuple[Key, str]] = []
     iqns: list[tuple[Key, str]] = []
+    # Several targets on one host may export the same names (seed 000 served its NQNs from nvmet and from SPDK):
+    # they take turns, one (protocol, target) at a time per host. On two hosts they could be live at once (xdist
+    # groups are per host), and an initiator would see one subsystem through two portals.
     for i, target in enumerate(lab.targets):
         if target.nvme is not None:
             # Two targets may serve the same NQNs (seed 000's nvmet and SPDK did): a case provisions one at a time.
@@ -113,7 +116,13 @@ def _name_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
             nqns += own
         if target.iscsi is not None:
             iqns.append((("targets", str(i), "iscsi", "iqn"), target.iscsi.iqn))
-    for key, iqn in _repeats(iqns):
+    for key, nqn in _repeats(nqns, _place(lab), across_only=True):
+        yield (
+            key,
+            f"subsystem NQN {nqn!r} is also served by a target on another host; an initiator would see one "
+            "subsystem through two portals, give it its own NQN",
+        )
+    for key, iqn in _repeats(iqns, _place(lab)):
         yield key, f"target IQN {iqn!r} is used by two targets; give each target its own IQN"
     host_nqns = [(("hosts", name, "host_nqn"), h.host_nqn) for name, h in lab.hosts.items() if h.host_nqn]
     host_iqns = [
@@ -141,14 +150,6 @@ def _protocol_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
             yield (
                 key,
                 f"protocol {name} is declared but no host has the initiator role; add 'initiator' to a host's roles",
-            )
-        servers = [i for i, t in enumerate(lab.targets) if name in t.protocols]
-        if len(servers) > 1:
-            first, second = servers[:2]
-            yield (
-                ("targets", str(second), "protocols"),
-                f"{name} is served by targets[{first}] and targets[{second}]; only the first would ever be used, "
-                f"remove {name} from one of them",
             )
 
 
@@ -214,13 +215,30 @@ def _database_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
         yield key, f"disk group {value} is listed twice; list it once"
 
 
-def _repeats(items: Sequence[tuple[Key, str]]) -> Iterator[tuple[Key, str]]:
-    """The second and later occurrences of each value (the first one is where it belongs)."""
-    seen: set[str] = set()
+def _repeats(
+    items: Sequence[tuple[Key, str]], place: Callable[[Key], str] | None = None, *, across_only: bool = False
+) -> Iterator[tuple[Key, str]]:
+    """The second and later occurrences of each value (the first one is where it belongs). With ``place``, a
+    value repeated in another place (another target host) counts, and one repeated in the same target unless
+    ``across_only``; one repeated by a second target of the same host does not (those targets take turns)."""
+    seen: dict[str, list[Key]] = {}
     for key, value in items:
-        if value in seen:
+        earlier = seen.setdefault(value, [])
+        if earlier and (
+            place is None or any(place(k) != place(key) or (k[:2] == key[:2] and not across_only) for k in earlier)
+        ):
             yield key, value
-        seen.add(value)
+        earlier.append(key)
+
+
+def _place(lab: LabModel) -> Callable[[Key], str]:
+    """Where the target a ``("targets", i, ...)`` key belongs to runs: its host, or an external array's address."""
+
+    def place(key: Key) -> str:
+        target = lab.targets[int(key[1])]
+        return target.host or target.address or ""
+
+    return place
 
 
 def _line(lines: Mapping[Key, int], key: Key) -> int | None:

@@ -174,6 +174,7 @@ def run_point(
             else:
                 total["target_cpu_usr_pct"] = usage.usr_pct
                 total["target_cpu_sys_pct"] = usage.sys_pct
+                total["target_cpu_idle_pct"] = usage.idle_pct
         problems = fio_steady_state_problems(result)
         problems += [p for p in (total_mismatch(result), shared_offsets(result)) if p]
         return total, problems

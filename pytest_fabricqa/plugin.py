@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_fabricqa.errors import UserError
-from pytest_fabricqa.lab import PROTOCOLS, LabError, LabModel, iter_protocol_names, load_lab, resolve_lab_path
+from pytest_fabricqa.lab import (
+    PROTOCOLS,
+    LabError,
+    LabModel,
+    TargetModel,
+    iter_protocol_names,
+    load_lab,
+    resolve_lab_path,
+)
 
 if TYPE_CHECKING:
     from pytest_fabricqa.measure import MeasurePlan
@@ -26,6 +34,7 @@ if TYPE_CHECKING:
 
 LAB_KEY = pytest.StashKey["LabModel | None"]()
 PROTOCOLS_KEY = pytest.StashKey["list[str]"]()
+PAIRS_KEY = pytest.StashKey["list[tuple[str, str]]"]()
 SESSION_KEY = pytest.StashKey["LabSession"]()
 ORACLE_SKIPPED_KEY = pytest.StashKey[int]()
 LEFTOVERS_KEY = pytest.StashKey["list[str]"]()
@@ -77,6 +86,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="P[,P...]",
         help=f"protocol(s) to qualify, repeatable or comma-separated: {', '.join(PROTOCOLS)}. "
         "Default: every protocol the lab declares.",
+    )
+    group.addoption(
+        "--target",
+        action="append",
+        default=[],
+        metavar="NAME[,NAME...]",
+        help="target(s) to qualify, by the lab's target names (a target's name defaults to its kind), repeatable or "
+        "comma-separated. Default: every target the lab declares, each serving every selected protocol it serves.",
     )
     group.addoption(
         "--fio-runtime",
@@ -132,6 +149,8 @@ def pytest_configure(config: pytest.Config) -> None:
         path = resolve_lab_path(value, config.rootpath, config.getini("fabricqa_labs_dir") or None)
         lab = load_lab(path)
         protocols = _selected_protocols(lab, config.getoption("protocol"), path)
+        pairs = _selected_pairs(lab, protocols, config.getoption("target", None) or [], path)
+        protocols = [p for p in protocols if any(p == q for q, _ in pairs)]
         workloads = _workloads(lab, path, config.getoption("fio_runtime"))
         measure = _measure(lab, path, config.getoption("fio_samples", None), workloads)
         if lab.vlab is not None and not hasattr(config, "workerinput") and not config.getoption("collectonly"):
@@ -145,6 +164,7 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     config.stash[LAB_KEY] = lab
     config.stash[PROTOCOLS_KEY] = protocols
+    config.stash[PAIRS_KEY] = pairs
     if _wants_the_shipped_suites(config):
         suites = qualification_suites()
         if suites is not None:
@@ -157,7 +177,7 @@ def pytest_configure(config: pytest.Config) -> None:
         register_xdist_groups(config)
     from pytest_fabricqa.reporting import ReportPlugin
 
-    config.pluginmanager.register(ReportPlugin(config, lab, protocols), REPORT_PLUGIN)
+    config.pluginmanager.register(ReportPlugin(config, lab, protocols, pairs), REPORT_PLUGIN)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -220,6 +240,22 @@ def _selected_protocols(lab: LabModel, values: list[str], path: Path) -> list[st
     return names
 
 
+def _selected_pairs(lab: LabModel, protocols: list[str], values: list[str], path: Path) -> list[tuple[str, str]]:
+    """(protocol, target name) for every selected protocol and every selected target serving it, protocol first."""
+    names = list(iter_protocol_names(values))
+    for name in names:
+        if name not in {t.name for t in lab.targets}:
+            known = ", ".join(f"{t.name} ({', '.join(t.protocols)})" for t in lab.targets)
+            raise LabError(f"--target={name}: lab {lab.name!r} ({path}) has no such target; its targets: {known}")
+    pairs = [(p, t.name) for p in protocols for t in lab.targets_for(p) if not names or t.name in names]
+    if not pairs:
+        raise LabError(
+            f"--target={','.join(names)} serves none of the selected protocols ({', '.join(protocols)}); "
+            "pick a target serving one of them or drop --protocol"
+        )
+    return pairs
+
+
 def _workloads(lab: LabModel, path: Path, runtime: int | None) -> list[Workload]:
     from pytest_fabricqa.thresholds import validate_table
     from pytest_fabricqa.workloads import load_matrix
@@ -273,13 +309,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     lab = _lab(metafunc.config)
     if lab is None:
         return
-    if "protocol" in metafunc.fixturenames:
-        protocols = metafunc.config.stash[PROTOCOLS_KEY]
-        fabric_mark = metafunc.definition.get_closest_marker("fabric")
-        if fabric_mark is not None:
-            from pytest_fabricqa.protocols import protocol as protocol_spec
+    fabric_mark = metafunc.definition.get_closest_marker("fabric")
 
-            protocols = [p for p in protocols if protocol_spec(p).fabric in fabric_mark.args]
+    def by_fabric(protocol: str) -> bool:
+        from pytest_fabricqa.protocols import protocol as protocol_spec
+
+        return fabric_mark is None or protocol_spec(protocol).fabric in fabric_mark.args
+
+    if "target_name" in metafunc.fixturenames:
+        # A case that depends on the target runs once per (protocol, target), the target always in its id: ids do
+        # not change when a lab gains a second target, and the id says which target the figures came from.
+        pairs = [(p, t) for p, t in metafunc.config.stash[PAIRS_KEY] if by_fabric(p)]
+        metafunc.parametrize(("protocol", "target_name"), pairs, ids=[f"{p}-{t}" for p, t in pairs], scope="session")
+    elif "protocol" in metafunc.fixturenames:
+        protocols = [p for p in metafunc.config.stash[PROTOCOLS_KEY] if by_fabric(p)]
         metafunc.parametrize("protocol", protocols, ids=protocols, scope="session")
     if "workload" in metafunc.fixturenames:
         workloads = metafunc.config.stash[WORKLOADS_KEY]
@@ -296,12 +339,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("lab_host_name", names, ids=names, scope="session")
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put every case that loads a target into one xdist group per target host (run with --dist loadgroup)."""
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Generator[None, None, None]:
+    """Put every case that loads a target into one xdist group per target host (run with --dist loadgroup); once
+    every other plugin reordered, run each (protocol, target)'s cases together."""
     lab = _lab(config)
     if lab is None:
-        return
+        return (yield)
     from pytest_fabricqa.grouping import load_group
 
     if lab.database is None:
@@ -321,7 +365,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("loads_target") is None:
             continue
-        item.add_marker(pytest.mark.xdist_group(name=load_group(lab, _protocol_of(item))))
+        item.add_marker(pytest.mark.xdist_group(name=load_group(lab, _protocol_of(item), _target_of(item))))
+    yield
+    # After pytest's own reordering by session parameters: every (protocol, target)'s cases in one run, so its
+    # fabric is provisioned once and torn down before the next pair of the same target host is provisioned.
+    from pytest_fabricqa.grouping import runs_together
+
+    items[:] = runs_together(items, phase=lambda i: phase.get(_phase_of(i), 1), key=_pair_of)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -377,6 +427,17 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 def _protocol_of(item: pytest.Item) -> str | None:
     callspec = getattr(item, "callspec", None)
     value = callspec.params.get("protocol") if callspec else None
+    return value if isinstance(value, str) else None
+
+
+def _pair_of(item: pytest.Item) -> tuple[str, str] | None:
+    protocol, target = _protocol_of(item), _target_of(item)
+    return (protocol, target) if protocol is not None and target is not None else None
+
+
+def _target_of(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    value = callspec.params.get("target_name") if callspec else None
     return value if isinstance(value, str) else None
 
 
@@ -457,10 +518,16 @@ def initiators(lab: LabModel, lab_hosts: dict[str, Host]) -> list[Host]:
 
 
 @pytest.fixture(scope="session")
-def target_host(lab: LabModel, lab_hosts: dict[str, Host], protocol: str) -> Host | None:
-    """The host running the target for the protocol under test (None for an external target)."""
-    target = lab.target_for(protocol)
-    return lab_hosts[target.host] if target.host else None
+def lab_target(lab: LabModel, protocol: str, target_name: str) -> TargetModel:
+    """The lab's target under test (``targets[]`` of the lab file): a case using it runs once per protocol and
+    target serving it, with ``protocol-target`` in its id (``--target`` narrows)."""
+    return lab.target_for(protocol, target_name)
+
+
+@pytest.fixture(scope="session")
+def target_host(lab_target: TargetModel, lab_hosts: dict[str, Host]) -> Host | None:
+    """The host running the target under test (None for an external target)."""
+    return lab_hosts[lab_target.host] if lab_target.host else None
 
 
 @pytest.fixture(scope="session")
@@ -478,16 +545,19 @@ def infra(lab_host: Host) -> Any:
 
 
 @pytest.fixture(scope="session")
-def fabric(lab: LabModel, lab_hosts: dict[str, Host], protocol: str, pytestconfig: pytest.Config) -> Iterator[Fabric]:
-    """The target for ``protocol`` provisioned and exported, every initiator connected; torn down after.
+def fabric(
+    lab: LabModel, lab_hosts: dict[str, Host], protocol: str, target_name: str, pytestconfig: pytest.Config
+) -> Iterator[Fabric]:
+    """The target under test provisioned and exported for ``protocol``, every initiator connected; torn down after.
 
-    One fabric per protocol at a time: pytest finishes one protocol's fixture before the next one starts.
+    One fabric at a time: pytest finishes one (protocol, target)'s fixture before the next one starts, and the
+    plugin orders the cases so that each pair's cases run together (two targets of one host never overlap).
     """
     from pytest_fabricqa.provision import ProvisionError, connect_fabric
 
     pytestconfig.stash[FABRIC_USED_KEY] = True
     try:
-        connected = connect_fabric(lab, protocol, lab_hosts)
+        connected = connect_fabric(lab, protocol, lab_hosts, target=target_name)
     except ProvisionError as exc:
         pytest.fail(str(exc), pytrace=False)
     for line in connected.stale_removed:

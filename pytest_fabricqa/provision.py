@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from functools import partial
 
 from pytest_fabricqa.fanout import each
@@ -36,6 +37,9 @@ _LIVE_LOCK = threading.Lock()
 class Fabric:
     """A provisioned target and every initiator connected to it, for one protocol."""
 
+    target: str
+    """The lab's name of the target (``targets[].name``)."""
+
     def __init__(
         self,
         lab: LabModel,
@@ -52,6 +56,7 @@ class Fabric:
         self.lab = lab
         self.hosts = hosts
         self.protocol = protocol
+        self.target = export.target or lab.target_for(protocol).name
         self.export = export
         self.devices = devices
         self.discovered = discovered
@@ -64,11 +69,12 @@ class Fabric:
         self._live_key = live_key
         self._initiator_stacks: dict[str, UndoStack] = {}
         """Each initiator's own undo stack; the target's stack unwinds this very dict (see connect_fabric)."""
-        self._target_model = lab.target_for(protocol)
+        self._target_model = lab.target_for(protocol, export.target)
         """The lab's target this fabric serves (connect_fabric sets the one it provisioned)."""
+        self._live_what = f"{protocol} fabric of target {self.target}"
 
     def __repr__(self) -> str:
-        return f"Fabric({self.protocol}, {len(self.devices)} devices on {sorted(self.discovered)})"
+        return f"Fabric({self.protocol}, {self.target}, {len(self.devices)} devices on {sorted(self.discovered)})"
 
     @property
     def target_host(self) -> str | None:
@@ -93,7 +99,7 @@ class Fabric:
         fabric fixture others still use: two fabrics on one target cannot coexist (they share NQNs and IQNs).
         """
         self.teardown()
-        fresh = connect_fabric(self.lab, self.protocol, self.hosts)
+        fresh = connect_fabric(self.lab, self.protocol, self.hosts, target=self.target)
         self.__dict__.update(fresh.__dict__)
 
     def disconnect_initiators(self, names: Iterable[str] | None = None) -> None:
@@ -154,13 +160,13 @@ class Fabric:
         if self.teardown_seconds is None or errors:
             self.teardown_seconds = round(time.monotonic() - t0, 2)
         with _LIVE_LOCK:
-            if _LIVE.get(self._live_key) == self.protocol:
+            if _LIVE.get(self._live_key) == self._live_what:
                 del _LIVE[self._live_key]
         if errors:
             more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
             raise ProvisionError(
                 self.export.target_host or self.export.address,
-                f"teardown of the {self.protocol} fabric failed: {errors[0]}{more}",
+                f"teardown of the {self.protocol} fabric of target {self.target} failed: {errors[0]}{more}",
                 "the next connect_fabric removes what is left; leftovers() lists it",
             )
 
@@ -168,35 +174,38 @@ class Fabric:
 # -- connect --------------------------------------------------------------------------------------------------
 
 
-def connect_fabric(lab: LabModel, protocol: str, hosts: Mapping[str, Host]) -> Fabric:
-    """Clean stale objects from a killed earlier run, provision the target serving ``protocol``, export it,
-    connect EVERY initiator (``lab.hosts_with('initiator')``) in parallel and find each device.
+def connect_fabric(lab: LabModel, protocol: str, hosts: Mapping[str, Host], *, target: str | None = None) -> Fabric:
+    """Clean stale objects from a killed earlier run, provision the target ``target`` (by name; default: the first
+    serving ``protocol``), export it, connect EVERY initiator (``lab.hosts_with('initiator')``) in parallel and
+    find each device. One fabric per target host at a time: its targets share devices and portals (LIO, SCST
+    and tgt all listen on 3260), so a second one is refused until the first is torn down.
 
     Every step registers its undo before it runs; on any failure (or Ctrl-C) everything done so far is undone
     and a :class:`ProvisionError` is raised whose message is one line: host, what failed, how to fix.
     """
     t0 = time.monotonic()
-    model = lab.target_for(protocol)
+    model = lab.target_for(protocol, target)
     initiators = lab.hosts_with("initiator")
     if not initiators:
         raise ProvisionError(lab.name, "the lab has no host with the initiator role", "add roles: [initiator]")
     for name in [*initiators, *([model.host] if model.host else [])]:
         if name not in hosts:
             raise ProvisionError(name, "no transport for this lab host", "pass every lab host in `hosts`")
-    target = load_target(lab, model, hosts)
+    driver = load_target(lab, model, hosts)
     live_key = model.host or model.address or lab.name
+    what = f"{protocol} fabric of target {model.name}"
     with _LIVE_LOCK:
         if live_key in _LIVE:
             raise ProvisionError(
                 live_key,
-                f"the {_LIVE[live_key]} fabric on this target is still connected",
-                "tear it down (fabric.teardown()) before connecting another protocol",
+                f"the {_LIVE[live_key]} is still connected on this host",
+                f"tear it down (fabric.teardown()) before connecting the {what}",
             )
-        _LIVE[live_key] = protocol
+        _LIVE[live_key] = what
     undo = UndoStack()
     try:
-        stale = cleanup_stale(lab, hosts)
-        export = target.provision(protocol, undo)
+        stale = cleanup_stale(lab, hosts, target_host=live_key)
+        export = replace(driver.provision(protocol, undo), target=model.name)
         stacks = {name: UndoStack() for name in initiators}
         undo.push("disconnect the initiators", partial(_unwind_initiators, stacks, hosts))
         results = each(
@@ -270,7 +279,7 @@ def _unwind_initiators(stacks: dict[str, UndoStack], hosts: Mapping[str, Host]) 
         raise ProvisionError(errors[0].split(":", 1)[0], errors[0].split(": ", 1)[1], "")
 
 
-def _target_drivers(lab: LabModel, hosts: Mapping[str, Host]) -> list[Target]:
+def _target_drivers(lab: LabModel, hosts: Mapping[str, Host], target_host: str | None = None) -> list[Target]:
     from pytest_fabricqa.targets import REGISTRY
 
     drivers: list[Target] = []
@@ -278,14 +287,17 @@ def _target_drivers(lab: LabModel, hosts: Mapping[str, Host]) -> list[Target]:
         kind = REGISTRY.get(model.kind)
         if model.host is None or kind is None or kind.driver is None or model.host not in hosts:
             continue
+        if target_host is not None and model.host != target_host:
+            continue  # another target host may be live in another xdist worker
         drivers.append(load_target(lab, model, hosts))
     return drivers
 
 
-def cleanup_stale(lab: LabModel, hosts: Mapping[str, Host]) -> list[str]:
+def cleanup_stale(lab: LabModel, hosts: Mapping[str, Host], *, target_host: str | None = None) -> list[str]:
     """Remove what a killed earlier run left (only objects carrying our mark); return what was removed.
 
-    Initiators first (controllers, sessions, node records, our iface), then every target of the lab.
+    Initiators first (controllers, sessions, node records, our iface), then every target of the lab (with
+    ``target_host``, only the targets on that host: every target there, since they take turns on it).
     """
     removed: list[str] = []
     initiators = [hosts[n] for n in lab.hosts_with("initiator") if n in hosts]
@@ -308,7 +320,7 @@ def cleanup_stale(lab: LabModel, hosts: Mapping[str, Host]) -> list[str]:
                 name, f"cannot clean what an earlier run left ({command_tail(result)})", "check the host by hand"
             )
         removed += result
-    for driver in _target_drivers(lab, hosts):
+    for driver in _target_drivers(lab, hosts, target_host):
         try:
             removed += driver.cleanup_stale()
         except CommandError as exc:

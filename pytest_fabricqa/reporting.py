@@ -47,6 +47,7 @@ from pytest_fabricqa.report.model import (
 
 if TYPE_CHECKING:
     from pytest_fabricqa.lab import LabModel
+    from pytest_fabricqa.report.model import TargetInfo
 
 CASE_KEY = pytest.StashKey[dict[str, Any]]()
 PROPERTIES_KEY = pytest.StashKey[list[tuple[str, object]]]()
@@ -132,19 +133,21 @@ class FabricqaReport:
         """Percent per metric as applied: defaults, then the lab file, then --tolerance."""
         return dict(self._plugin.tolerances)
 
-    def baseline_path(self, protocol: str) -> Path | None:
-        """The baseline file used for ``protocol``, or None when its cases are not compared."""
-        found = self._plugin.baselines.get(protocol)
+    def baseline_path(self, protocol: str, target: str | None = None) -> Path | None:
+        """The baseline file used for ``protocol`` served by ``target`` (default: the first target serving it),
+        or None when its cases are not compared."""
+        found = self._plugin.baseline_for(protocol, target)
         return None if found is None else found[0]
 
     def regressions(self, case: Case) -> RegressionInfo | None:
-        """``case`` against the baseline chosen for its protocol; None when there is nothing to compare with.
+        """``case`` against the baseline chosen for its protocol and target; None when there is nothing to compare
+        with.
 
         ``info.messages`` holds one sentence per figure beyond its tolerance (empty: within the baseline).
         """
         if case.protocol is None or not case.figures:
             return None
-        found = self._plugin.baselines.get(case.protocol)
+        found = self._plugin.baseline_for(case.protocol, case.target)
         if found is None:
             return None
         return compare_case(case, found[1], self._plugin.tolerances)
@@ -182,9 +185,9 @@ class FabricqaReport:
         return case
 
 
-def _protocol_of(item: pytest.Item) -> str | None:
+def _param_of(item: pytest.Item, name: str) -> str | None:
     callspec = getattr(item, "callspec", None)
-    value = callspec.params.get("protocol") if callspec is not None else None
+    value = callspec.params.get(name) if callspec is not None else None
     return value if isinstance(value, str) else None
 
 
@@ -232,16 +235,25 @@ def _git_commit(folder: Path) -> str | None:
 class ReportPlugin:
     """The report's hooks for one session with a lab (registered by plugin.py as ``fabricqa-report``)."""
 
-    def __init__(self, config: pytest.Config, lab: LabModel, protocols: list[str]) -> None:
+    def __init__(
+        self,
+        config: pytest.Config,
+        lab: LabModel,
+        protocols: list[str],
+        pairs: list[tuple[str, str]] | None = None,
+    ) -> None:
         self.config = config
         self.lab = lab
         self.protocols = tuple(protocols)
+        self.pairs = list(pairs) if pairs is not None else [(p, lab.target_for(p).name) for p in protocols]
+        """(protocol, target name) this run qualifies."""
         self.is_worker = hasattr(config, "workerinput")
         # --collect-only runs nothing: no report, no default junit.xml (only the controller ever writes).
         self.writes = not self.is_worker and not config.getoption("collectonly", False)
         self.report_dir = self._path(config.getoption("report_dir", None)) or config.rootpath / DEFAULT_REPORT_DIR
         self.tolerances = resolve_tolerances(lab, list(config.getoption("tolerance", None) or []))
-        self.baselines: dict[str, tuple[Path, Run]] = {}
+        self.baselines: dict[tuple[str, str], tuple[Path, Run]] = {}
+        """The baseline file and run for each (protocol, target name)."""
         self.notes: list[str] = []
         """Baseline notes for the report and terminal (skipped files, protocols without a baseline)."""
         self._load_baselines()
@@ -277,24 +289,32 @@ class ReportPlugin:
         if not path.exists():
             raise pytest.UsageError(f"--baseline={value}: no such results file or folder ({path})")
         problems: list[str] = []
-        for protocol in self.protocols:
+        for protocol, target in self.pairs:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 try:
-                    found = find_baseline_file(path, self.lab.name, protocol)
+                    found = find_baseline_file(path, self.lab.name, protocol, target)
                 except ResultsFileError as exc:
                     raise pytest.UsageError(f"--baseline={value}: {exc}") from None
             for w in caught:
                 if issubclass(w.category, BaselineWarning) and str(w.message) not in problems:
                     problems.append(str(w.message))
             if found is None:
-                self.notes.append(f"no baseline for lab {self.lab.name!r} and {protocol} in {path}: not compared")
+                self.notes.append(
+                    f"no baseline for lab {self.lab.name!r} and {protocol} of target {target} in {path}: not compared"
+                )
             else:
-                self.baselines[protocol] = found
+                self.baselines[(protocol, target)] = found
         self.notes[:0] = problems
         if not self.is_worker:
             for message in problems:
                 self.config.issue_config_time_warning(BaselineWarning(message), stacklevel=2)
+
+    def baseline_for(self, protocol: str, target: str | None) -> tuple[Path, Run] | None:
+        """The baseline chosen for ``protocol`` served by ``target`` (None: the first target serving it)."""
+        if target is None:
+            target = next((t for p, t in self.pairs if p == protocol), None)
+        return self.baselines.get((protocol, target)) if target is not None else None
 
     # -- hooks ---------------------------------------------------------------------------------------
 
@@ -328,9 +348,12 @@ class ReportPlugin:
         if case is not None and item.stash.get(SENT_KEY, None) is not case:
             report.fabricqa_case = case  # type: ignore[attr-defined]
             item.stash[SENT_KEY] = case
-        protocol = _protocol_of(item)
+        protocol = _param_of(item, "protocol")
         if protocol is not None:
             report.fabricqa_protocol = protocol  # type: ignore[attr-defined]
+        target = _param_of(item, "target_name")
+        if target is not None:
+            report.fabricqa_target = target  # type: ignore[attr-defined]
         return report
 
     @pytest.hookimpl(tryfirst=True)
@@ -340,12 +363,14 @@ class ReportPlugin:
             return
         case = getattr(report, "fabricqa_case", None)
         protocol = getattr(report, "fabricqa_protocol", None)
+        target = getattr(report, "fabricqa_target", None)
         self.gatherer.add(
             report.nodeid,
             report.when,
             report.outcome,
             case=case if isinstance(case, dict) else None,
             protocol=protocol if isinstance(protocol, str) else None,
+            target=target if isinstance(target, str) else None,
             reason=_reason(report),
         )
         if isinstance(case, dict) and report.nodeid not in self._html_done and self._html_wanted():
@@ -491,13 +516,31 @@ class ReportPlugin:
             environment=environment,
             cases=tuple(without_environment(c) for c in cases),
             baseline=baseline_use(
-                {p: (str(path), run) for p, (path, run) in self.baselines.items()}, environment, self.tolerances
+                {self._pair_label(p, t): (str(path), run) for (p, t), (path, run) in self.baselines.items()},
+                environment,
+                self.tolerances,
             ),
             extras=extras,
+            targets=self._targets(),
         )
 
+    def _pair_label(self, protocol: str, target: str) -> str:
+        """``nvme-rdma`` when the protocol has one target in this run, else ``nvme-rdma spdk``."""
+        return protocol if sum(p == protocol for p, _ in self.pairs) == 1 else f"{protocol} {target}"
+
+    def _targets(self) -> dict[str, TargetInfo]:
+        """The targets this run qualified, by name (kind, host, protocols, SPDK's reactor cores)."""
+        from pytest_fabricqa.report.model import TargetInfo
+
+        out: dict[str, TargetInfo] = {}
+        for model in self.lab.targets:
+            protocols = tuple(p for p, t in self.pairs if t == model.name)
+            if protocols:
+                out[model.name] = TargetInfo(model.kind, model.host, protocols, model.reactor_cores)
+        return out
+
     def _target_kind(self) -> str:
-        kinds = dict.fromkeys(t.kind for p in self.protocols for t in self.lab.targets if p in t.protocols)
+        kinds = dict.fromkeys(self.lab.target_for(p, t).kind for p, t in self.pairs)
         return "+".join(kinds) or "none"
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

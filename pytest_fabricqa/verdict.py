@@ -27,35 +27,37 @@ from pytest_fabricqa.workloads import Workload, case_id
 class WriteGuard:
     """Refuses a write workload on a device that carries an ASM header, a filesystem, LVM or a partition table.
 
-    Each (protocol, initiator, device) is probed once per session: once the first write job passed the guard, the
-    plugin's own writes are all that can have landed there, so probing before every later write job is repeated
-    cost (about 4 s a workload on the virtual lab) with nothing new to find. One probe command per initiator, the
+    Each (protocol, target, initiator, device) is probed once per session: once the first write job passed the
+    guard, the plugin's own writes are all that can have landed there, so probing before every later write job is
+    repeated cost (about 4 s a workload on the virtual lab) with nothing new to find. One probe command per initiator, the
     initiators in parallel; every refusal raises :class:`pytest_fabricqa.safety.DeviceRefused`.
     """
 
     def __init__(self, lab: LabModel, hosts: Mapping[str, Host]) -> None:
         self.lab = lab
         self.hosts = hosts
-        self.guarded: set[tuple[str, str, str]] = set()
-        """(protocol, initiator, device path) that passed the guard in this session."""
+        self.guarded: set[tuple[str, str, str, str]] = set()
+        """(protocol, target name, initiator, device path) that passed the guard in this session."""
 
-    def before_writes(self, protocol: str, devices: Iterable[FabricDevice]) -> None:
-        """Probe the writable, loaded ``devices`` of ``protocol`` not probed yet; raise on the first refusal."""
-        target = self.lab.target_for(protocol)
+    def before_writes(self, protocol: str, devices: Iterable[FabricDevice], target: str | None = None) -> None:
+        """Probe the writable, loaded ``devices`` of ``protocol`` served by ``target`` (the lab's target name;
+        default the first serving it) not probed yet; raise on the first refusal."""
+        model = self.lab.target_for(protocol, target)
+        which = f"targets[kind={model.kind}]" if model.name == model.kind else f"targets[name={model.name}]"
         requests: dict[str, list[GuardRequest]] = {}
         for device in devices:
-            key = (protocol, device.initiator, device.path)
+            key = (protocol, model.name, device.initiator, device.path)
             if not device.writable or not device.load or key in self.guarded:
                 continue
             requests.setdefault(device.initiator, []).append(
                 GuardRequest(
                     device.path,
                     (device.path,) if device.destructive_ok else (),
-                    f"targets[kind={target.kind}].devices.{device.backing}.destructive_ok: true",
+                    f"{which}.devices.{device.backing}.destructive_ok: true",
                 )
             )
         guard_hosts(self.hosts, requests)
-        self.guarded.update((protocol, host, r.device) for host, rs in requests.items() for r in rs)
+        self.guarded.update((protocol, model.name, host, r.device) for host, rs in requests.items() for r in rs)
 
 
 def performance_case(
@@ -65,10 +67,11 @@ def performance_case(
     workload: Workload,
     figures: Mapping[str, float],
     *,
+    target: str | None = None,
     problems: Iterable[str] | None = None,
     **fields: Any,
 ) -> Case:
-    """The report's case for ``workload`` over ``protocol``: its figures, the lab's limits for it, and as
+    """The report's case for ``workload`` over ``protocol`` served by ``target`` (the lab's target name): its figures, the lab's limits for it, and as
     violations ``problems`` when the suite checked the limits itself (with a spread, say), else every limit the
     figures break. ``fields`` are the other :class:`~pytest_fabricqa.report.model.Case` fields (``hosts``,
     ``extras``, ``randseeds``, ...). The verdict is "passed" until the test's outcome says otherwise.
@@ -77,10 +80,11 @@ def performance_case(
     found = violations(figures, limits, label=workload.name) if problems is None else list(problems)
     return Case(
         nodeid=nodeid,
-        case_id=case_id(protocol, workload),
+        case_id=case_id(protocol, workload, target),
         suite="performance",
         verdict="passed",
         protocol=protocol,
+        target=target,
         workload=workload,
         figures=dict(figures),
         thresholds=limits.limits(),

@@ -373,10 +373,11 @@ def _selected(overrides: dict[str, Any]) -> dict[str, Workload]:
     return chosen
 
 
-def case_id(protocol: str, workload: Workload | str) -> str:
-    """The readable test id of one case: ``nvme-rdma-randread-8k-qd128-j4``."""
+def case_id(protocol: str, workload: Workload | str, target: str | None = None) -> str:
+    """The readable id of one case: ``nvme-rdma-spdk-randread-8k-qd128-j4`` (``nvme-rdma-randread-8k-qd128-j4``
+    without a target, as results files before targets had names)."""
     name = workload if isinstance(workload, str) else workload.name
-    return f"{protocol}-{name}"
+    return f"{protocol}-{target}-{name}" if target else f"{protocol}-{name}"
 
 
 def _all_set_names() -> set[str]:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from pytest_fabricqa.fio import FioServer, figures, run_fio, start_offsets
-from pytest_fabricqa.lab import LabModel
+from pytest_fabricqa.lab import LabModel, TargetModel
 from pytest_fabricqa.measure import MeasurePlan, Point, point_problems, run_point, write_logs
 from pytest_fabricqa.provision import Fabric
 from pytest_fabricqa.report import model as rm
@@ -80,8 +80,8 @@ def test_fio(
     if not jobs:
         pytest.skip(f"{protocol}: the lab marks no exported device writable, so {workload.name} does not run")
     if workload.writes:
-        write_guard.before_writes(protocol, fabric.devices)
-    cid = case_id(protocol, workload)
+        write_guard.before_writes(protocol, fabric.devices, fabric.target)
+    cid = case_id(protocol, workload, fabric.target)
     point = _point(lab, lab_hosts, jobs, workload, plan, target_host, cid)
     fabricqa_report.raw_path(cid).write_text(point.last.raw_output)
     extras: dict[str, Any] = {
@@ -100,6 +100,7 @@ def test_fio(
         protocol,
         workload,
         point.figures,
+        target=fabric.target,
         problems=point_problems(point, limits, label=workload.name),
         hosts=point.hosts,
         extras=extras,
@@ -132,8 +133,8 @@ def test_scaling(
     if len(jobs) < 2:
         pytest.skip(f"{protocol}: {workload.name} reaches {len(jobs)} initiator(s); scaling needs two or more")
     if workload.writes:
-        write_guard.before_writes(protocol, fabric.devices)
-    cid = case_id(protocol, workload)
+        write_guard.before_writes(protocol, fabric.devices, fabric.target)
+    cid = case_id(protocol, workload, fabric.target)
     steps = [
         (subset, _point(lab, lab_hosts, list(subset), workload, plan, target_host, cid)) for subset in subsets(jobs)
     ]
@@ -155,6 +156,7 @@ def test_scaling(
         protocol,
         workload,
         figures,
+        target=fabric.target,
         problems=problems,
         hosts=last.hosts,
         extras={"scaling": [p.to_dict() for p in points], "spread": last.extras()["spread"]},
@@ -165,7 +167,7 @@ def test_scaling(
 
 
 def test_fabric_efficiency(
-    lab: LabModel,
+    lab_target: TargetModel,
     protocol: str,
     fabric: Fabric,
     lab_hosts: dict[str, Host],
@@ -180,8 +182,7 @@ def test_fabric_efficiency(
         pytest.skip(f"{protocol}: an external target has no local device to compare with")
     workload = next(w for w in lab_workloads if not w.writes)
     device = fabric.devices[0]
-    target = lab.target_for(protocol)
-    local_path = target.devices[device.backing].path
+    local_path = lab_target.devices[device.backing].path
     local = run_fio(target_host, workload, [local_path])
     remote = run_fio(lab_hosts[device.initiator], workload, [device.path])
     fabric_figures, local_figures = figures(remote), figures(local)
@@ -193,10 +194,11 @@ def test_fabric_efficiency(
         )
     case = rm.Case(
         nodeid=request.node.nodeid,
-        case_id=f"{case_id(protocol, workload)}-fabric-efficiency",
+        case_id=f"{case_id(protocol, workload, fabric.target)}-fabric-efficiency",
         suite="performance",
         verdict="passed",
         protocol=protocol,
+        target=fabric.target,
         workload=workload,
         figures={**fabric_figures, "fabric_efficiency": ratio},
         hosts={device.initiator: fabric_figures, f"{target_host.name} (local)": local_figures},

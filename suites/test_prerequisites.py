@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pytest_fabricqa.lab import LabModel
+from pytest_fabricqa.lab import LabModel, TargetModel
 from pytest_fabricqa.prereq import (
     DAEMON_SCRIPT,
     MODULES_SCRIPT,
@@ -48,9 +48,9 @@ def test_initiator_kernel(lab_host: Host, protocol: str) -> None:
     assert not problems, "; ".join(problems)
 
 
-def test_target_kernel_and_modules(lab: LabModel, protocol: str, target_host: Host | None) -> None:
+def test_target_kernel_and_modules(lab_target: TargetModel, protocol: str, target_host: Host | None) -> None:
     """The target host's kernel has the target modules for the protocol (loaded, built in or installed)."""
-    target = lab.target_for(protocol)
+    target = lab_target
     if target_host is None:
         pytest.skip(f"{protocol}: the target is external (an array the lab only describes)")
     modules = protocol_spec(protocol).target_modules.get(target.kind, ())

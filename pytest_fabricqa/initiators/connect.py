@@ -61,14 +61,14 @@ def connect_one(lab: LabModel, model: TargetModel, export: Export, host: Host, u
 
 
 def _loads(lab: LabModel, export: Export, backing: str) -> bool:
-    device = lab.target_for(export.protocol).devices.get(backing)
+    device = lab.target_for(export.protocol, export.target).devices.get(backing)
     return device.load if device is not None else True
 
 
 def connect_nvme(lab: LabModel, export: Export, host: Host, undo: UndoStack) -> Connected:
     hostnqn = lab.hosts[host.name].host_nqn
     trtype = export.transport
-    nvme_export = lab.target_for(export.protocol).nvme
+    nvme_export = lab.target_for(export.protocol, export.target).nvme
     options = nvme.ConnectOptions(**nvme_export.connect.model_dump()) if nvme_export else None
     try:
         records = nvme.discover(host, trtype, export.address, export.port, hostnqn)

@@ -56,7 +56,7 @@ def scan_baselines(folder: Path | str) -> tuple[list[tuple[Path, Run]], list[str
     return loaded, problems
 
 
-def find_baseline(path: Path | str, lab: str, protocol: str) -> Run | None:
+def find_baseline(path: Path | str, lab: str, protocol: str, target: str | None = None) -> Run | None:
     """The baseline run for ``lab`` and ``protocol``, or None when there is none.
 
     ``path`` is a results file, used as given (a warning if its lab differs; None if it lacks the
@@ -64,12 +64,24 @@ def find_baseline(path: Path | str, lab: str, protocol: str) -> Run | None:
     used. Skipped files are reported with :class:`BaselineWarning`. A results file named explicitly that
     cannot be read raises :class:`~pytest_fabricqa.report.model.ResultsFileError`: that is a user mistake.
     """
-    found = find_baseline_file(path, lab, protocol)
+    found = find_baseline_file(path, lab, protocol, target)
     return None if found is None else found[1]
 
 
-def find_baseline_file(path: Path | str, lab: str, protocol: str) -> tuple[Path, Run] | None:
-    """Like :func:`find_baseline`, with the file the run was read from (the report names it)."""
+def _holds(run: Run, protocol: str, target: str | None) -> bool:
+    """The run has results for ``protocol`` (served by ``target``, when given; an older file's cases belong to the
+    target of the kind that served the protocol, :meth:`Run.case_target`)."""
+    if protocol not in run.protocols:
+        return False
+    if target is None or (protocol, target) in run.pairs():
+        return True
+    # Cases a suite recorded without a target (its own, not the fabric's) tell no target apart: any will do.
+    return not any(p == protocol for p, _ in run.pairs())
+
+
+def find_baseline_file(path: Path | str, lab: str, protocol: str, target: str | None = None) -> tuple[Path, Run] | None:
+    """Like :func:`find_baseline`, with the file the run was read from (the report names it). With ``target``
+    (the lab's target name) the run must hold that target's results for ``protocol``."""
     source = Path(path)
     if not source.exists():
         return None
@@ -78,6 +90,15 @@ def find_baseline_file(path: Path | str, lab: str, protocol: str) -> tuple[Path,
         if protocol not in run.protocols:
             warnings.warn(
                 f"baseline {source} has no {protocol} results (it holds {', '.join(run.protocols) or 'no protocol'})",
+                BaselineWarning,
+                stacklevel=3,
+            )
+            return None
+        if not _holds(run, protocol, target):
+            held = sorted({t for p, t in run.pairs() if p == protocol})
+            warnings.warn(
+                f"baseline {source} has no {protocol} results of target {target} "
+                f"(it holds {', '.join(held) or 'no target'})",
                 BaselineWarning,
                 stacklevel=3,
             )
@@ -92,7 +113,7 @@ def find_baseline_file(path: Path | str, lab: str, protocol: str) -> tuple[Path,
     loaded, problems = scan_baselines(source)
     for message in problems:
         warnings.warn(message, BaselineWarning, stacklevel=3)
-    matching = [(p, r) for p, r in loaded if r.lab == lab and protocol in r.protocols]
+    matching = [(p, r) for p, r in loaded if r.lab == lab and _holds(r, protocol, target)]
     if not matching:
         return None
     # Newest by the run's own clock; the file name breaks ties so the choice is stable.
@@ -104,9 +125,12 @@ def _aware(when: datetime) -> datetime:
 
 
 def baseline_case(baseline: Run, case: Case) -> Case | None:
-    """The baseline's case for ``case``: same case id, or failing that the same protocol and fio job."""
+    """The baseline's case for ``case``: same case id, or failing that the same protocol, target and fio job (a
+    file from before targets had names: its cases are the target of the kind that served the protocol)."""
     for candidate in baseline.cases:
-        if candidate.case_id == case.case_id:
+        if candidate.case_id == case.case_id and (
+            case.target is None or baseline.case_target(candidate) == case.target
+        ):
             return candidate
     if case.workload is None:
         return None
@@ -115,6 +139,7 @@ def baseline_case(baseline: Run, case: Case) -> Case | None:
         cw = candidate.workload
         if (
             candidate.protocol == case.protocol
+            and (case.target is None or baseline.case_target(candidate) == case.target)
             and cw is not None
             and (cw.rw, cw.bs, cw.numjobs, cw.iodepth, cw.size) == (w.rw, w.bs, w.numjobs, w.iodepth, w.size)
             and sorted(candidate.hosts) == sorted(case.hosts)

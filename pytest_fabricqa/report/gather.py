@@ -55,6 +55,7 @@ class _Pending:
     reason: str = ""
     case: dict[str, Any] | None = None
     protocol: str | None = None
+    target: str | None = None
 
 
 def phase_verdict(when: str, outcome: str, current: Verdict | None) -> Verdict | None:
@@ -90,6 +91,7 @@ class Gatherer:
         *,
         case: Mapping[str, Any] | None = None,
         protocol: str | None = None,
+        target: str | None = None,
         reason: str = "",
     ) -> None:
         """One phase report of one test; ``reason`` is pytest's one-line failure or skip message."""
@@ -103,6 +105,8 @@ class Gatherer:
             pending.case = dict(case)
         if protocol is not None:
             pending.protocol = protocol
+        if target is not None:
+            pending.target = target
 
     def cases(self) -> list[Case]:
         """Every gathered test as a case with its final verdict, sorted by node id (stable across runs)."""
@@ -132,6 +136,7 @@ class Gatherer:
             suite=suite,
             verdict=pending.verdict,
             protocol=pending.protocol,
+            target=pending.target,
         )
         return finish_case(case, pending.verdict, pending.reason)
 
@@ -209,7 +214,8 @@ def without_environment(case: Case) -> Case:
 def baseline_use(
     baselines: Mapping[str, tuple[str, Run]], environment: Environment, tolerances: Mapping[str, float]
 ) -> BaselineUse | None:
-    """What the report says about the baseline(s): ``baselines`` maps protocol -> (file, run).
+    """What the report says about the baseline(s): ``baselines`` maps protocol (``protocol target`` where a
+    protocol has several targets) -> (file, run).
 
     Usually one file holds every protocol. When protocols came from different files, the path names each
     (``nvme-tcp: a.json; iser: b.json``) and each file's environment differences carry its name.
@@ -251,6 +257,8 @@ def flat_properties(case: Case) -> list[tuple[str, object]]:
     props: list[tuple[str, object]] = [("fabricqa_case_id", case.case_id)]
     if case.protocol:
         props.append(("protocol", case.protocol))
+    if case.target:
+        props.append(("target", case.target))
     props += [(metric, round(value, 3)) for metric, value in case.figures.items()]
     for host, figures in case.hosts.items():
         host_name = _PROPERTY_SAFE.sub("_", host)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
@@ -129,6 +130,9 @@ class Case:
     suite: SuiteKind
     protocol: str | None = None
     """``None`` for lab-wide cases (a prerequisite that holds for every protocol)."""
+    target: Annotated[str | None, WhenSet] = None
+    """The lab's name of the target the case ran against (``targets[].name``); ``None`` for cases that do not
+    depend on a target, and in files from before targets had names (see :func:`case_target`)."""
     verdict: Verdict
     workload: WorkloadField | None = None
     figures: Figures = field(default_factory=dict)
@@ -197,6 +201,20 @@ class BaselineUse:
 
 
 @dataclass(frozen=True)
+class TargetInfo:
+    """A target of the lab as the run used it: what it is, where it ran, and where its work runs on the host."""
+
+    kind: str
+    host: str | None = None
+    """The lab host running it (None for an external array)."""
+    protocols: tuple[str, ...] = ()
+    """The protocols this run qualified through it."""
+    reactor_cores: str = ""
+    """SPDK: the cores its reactors poll on (the app's core mask, as the lab gives it); empty when the target
+    has no reactors or the mask is not known. The target CPU figures are the whole host's: read them with this."""
+
+
+@dataclass(frozen=True)
 class Run:
     """One qualification session."""
 
@@ -210,6 +228,25 @@ class Run:
     extras: dict[str, Any] = field(default_factory=dict)
     """JSON-compatible free-form data, e.g. ``{"oracle_not_exercised": "the lab declares no database"}``."""
     cases: tuple[Case, ...] = ()
+    targets: Annotated[dict[str, TargetInfo], WhenSet] = field(default_factory=dict)
+    """The lab's targets this run used, by name; empty in files from before targets had names."""
+
+    def case_target(self, case: Case) -> str | None:
+        """The name of the target ``case`` ran against. A file from before targets had names had one target per
+        protocol, named by its kind: the kind of ``target_kind`` that serves the case's protocol."""
+        if case.target is not None or case.protocol is None or self.targets:
+            return case.target
+        from pytest_fabricqa.targets import REGISTRY  # the targets package is heavier than this model
+
+        # "nvmet+lio" as the plugin wrote it; older hand-made files say "nvmet (NVMe-oF), scst (iSER)".
+        words = dict.fromkeys(re.findall(r"[a-z]+", self.target_kind))
+        kinds = [k for k in words if k in REGISTRY and case.protocol in REGISTRY[k].serves]
+        return kinds[0] if len(kinds) == 1 else None
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """(protocol, target) of every case that ran against a target, in first-seen order."""
+        found = {(c.protocol, t): None for c in self.cases if c.protocol is not None and (t := self.case_target(c))}
+        return [(p, t) for p, t in found if p is not None and t is not None]
 
     def cases_for(self, protocol: str | None, suite: SuiteKind | None = None) -> list[Case]:
         """The cases of one protocol (``None``: lab-wide cases), optionally of one suite kind."""

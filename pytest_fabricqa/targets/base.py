@@ -63,6 +63,7 @@ class Export:
     port: int
     units: tuple[ExportedUnit, ...]
     target_host: str | None  # the lab host running the target (None for an external array)
+    target: str | None = None  # the lab's name of the target (set by connect_fabric; drivers need not)
 
     @property
     def subsystems(self) -> tuple[str, ...]:

@@ -50,5 +50,5 @@ def test_scaling_cases_are_collected_per_protocol_and_named_workload(pytester: p
     lab = _lab(pytester, sets=["oracle-8k"], samples=3, scaling=["randread-8k-qd128-j4"])
     result = pytester.runpytest_subprocess(f"--lab={lab}", "--co", "-q", str(SUITE), "--fio-samples=2")
     assert result.ret == pytest.ExitCode.OK
-    result.stdout.fnmatch_lines(["*::test_scaling[[]nvme-tcp-randread-8k-qd128-j4[]]"])
-    assert "test_scaling[nvme-tcp-randwrite" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*::test_scaling[[]nvme-tcp-nvmet-randread-8k-qd128-j4[]]"])
+    assert "test_scaling[nvme-tcp-nvmet-randwrite" not in result.stdout.str()

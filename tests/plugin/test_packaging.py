@@ -14,8 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SUITE_CASES = [
     "test_prerequisites.py::test_rdma_link[[]nvme-rdma-el72h1[]]",
-    "test_connectivity.py::test_every_initiator_is_connected[[]nvme-rdma[]]",
-    "test_performance.py::test_fio[[]nvme-rdma-randread-8k-qd128-j4[]]",
+    "test_connectivity.py::test_every_initiator_is_connected[[]nvme-rdma-nvmet[]]",
+    "test_performance.py::test_fio[[]nvme-rdma-nvmet-randread-8k-qd128-j4[]]",
 ]
 
 

@@ -23,7 +23,7 @@ from pytest_fabricqa.report.baseline import (
     regressions,
     save_baseline,
 )
-from pytest_fabricqa.report.model import Environment, ResultsFileError, Run, load_json
+from pytest_fabricqa.report.model import Environment, ResultsFileError, Run, TargetInfo, load_json
 from pytest_fabricqa.workloads import Workload
 
 
@@ -207,3 +207,47 @@ def test_an_explicit_file_is_used_as_given(tmp_path: Path) -> None:
     path.write_text("not json")
     with pytest.raises(ResultsFileError, match="not JSON"):
         find_baseline(path, "oldlab", "nvme-rdma")
+
+
+# --- targets ------------------------------------------------------------------------------------------------
+
+SAMPLE_BASELINE = Path(__file__).parents[1] / "data" / "report" / "sample_baseline.json"
+
+
+def test_a_results_file_from_before_targets_had_names_loads_and_maps_to_the_single_target() -> None:
+    """sample_baseline.json predates target names: its cases belong to the kind that served their protocol."""
+    old = load_json(SAMPLE_BASELINE)
+    assert old.targets == {} and all(c.target is None for c in old.cases)
+    assert {p: t for p, t in old.pairs()} == {"nvme-rdma": "nvmet", "nvme-tcp": "nvmet", "iser": "scst"}
+    case = next(c for c in old.cases if c.case_id == "nvme-rdma-randread-8k-qd128-j4")
+    now = replace(case, case_id="nvme-rdma-nvmet-randread-8k-qd128-j4", target="nvmet", regression=None)
+    assert baseline_case(old, now) is case
+    assert baseline_case(old, replace(now, case_id="nvme-rdma-spdk-randread-8k-qd128-j4", target="spdk")) is None
+    assert find_baseline(SAMPLE_BASELINE, "rac3", "nvme-rdma", "nvmet") is not None
+    with pytest.warns(BaselineWarning, match=r"has no nvme-rdma results of target spdk \(it holds nvmet\)"):
+        assert find_baseline(SAMPLE_BASELINE, "rac3", "nvme-rdma", "spdk") is None
+
+
+def test_the_baseline_of_each_target_is_the_newest_run_holding_that_target(tmp_path: Path) -> None:
+    def targeted(target: str, started: datetime, iops: float) -> Run:
+        case = perf_case(
+            "nvme-rdma",
+            "randread-8k-qd128-j4",
+            case_id=f"nvme-rdma-{target}-randread-8k-qd128-j4",
+            target=target,
+            figures={"iops": iops},
+        )
+        return make_run(case, started=started, target_kind=target, targets={target: TargetInfo(target)})
+
+    save_baseline(targeted("nvmet", T0, 1000), tmp_path)
+    save_baseline(targeted("spdk", T0 + timedelta(days=1), 2000), tmp_path)
+    nvmet = find_baseline(tmp_path, "rac3", "nvme-rdma", "nvmet")
+    spdk = find_baseline(tmp_path, "rac3", "nvme-rdma", "spdk")
+    assert nvmet is not None and nvmet.cases[0].figures == {"iops": 1000}
+    assert spdk is not None and spdk.cases[0].figures == {"iops": 2000}
+    # A case recorded with its target compares only with the same target's case.
+    now = replace(spdk.cases[0], figures={"iops": 1500})
+    info = compare_case(now, nvmet, {"iops": 10})
+    assert info is None
+    info = compare_case(now, spdk, {"iops": 10})
+    assert info is not None and info.messages == ("iops 1,500 is 25.0% below the baseline's 2,000 (tolerance 10%)",)

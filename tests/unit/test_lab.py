@@ -261,3 +261,24 @@ def test_null_lifts_an_inherited_limit(tmp_path: Path) -> None:
     lifted = thresholds_for(lab.thresholds_table(), "nvme-tcp", "randread-8k-qd128-j4")
     assert lifted == Thresholds(min_iops=5) and lifted.max_p99_us is None
     assert thresholds_for(lab.thresholds_table(), "nvme-tcp", "randwrite-8k-qd128-j4").max_p99_us == 100
+
+
+def test_a_malformed_nguid_is_a_load_time_error(tmp_path: Path) -> None:
+    text = GOOD.replace("{path: /dev/nvme0n1}", "{path: /dev/nvme0n1, nguid: '0101'}")
+    assert text != GOOD
+    with pytest.raises(LabError, match=r"nguid '0101' is not an NGUID: 32 hex digits as 8-4-4-4-12"):
+        load_lab(write(tmp_path, text))
+
+
+def test_rac3_has_seed_000s_three_targets() -> None:
+    lab = load_lab(ROOT / "labs" / "rac3.yaml")
+    assert lab.protocols == ("nvme-rdma", "iser")
+    assert [(t.name, t.kind, t.protocols) for t in lab.targets] == [
+        ("nvmet", "nvmet", ("nvme-rdma",)),
+        ("spdk", "spdk", ("nvme-rdma",)),
+        ("scst", "scst", ("iser",)),
+    ]
+    scst = lab.target_for("iser")
+    assert scst.iscsi is not None and scst.iscsi.iqn == "iqn.2017-10.tgt1" and scst.iscsi.queue_depth == 128
+    spdk = lab.target_for("nvme-rdma", "spdk")
+    assert spdk.nvme is not None and spdk.nvme.port == 4420 and lab.target_address(spdk) == "10.10.10.19"

@@ -28,6 +28,23 @@ def test_the_bundled_labs_break_no_rule() -> None:
         assert list(lab_problems(load_lab(ROOT / "labs" / f"{name}.yaml"))) == []
 
 
+def test_two_targets_of_one_host_may_serve_one_protocol_with_the_same_names(tmp_path: Path) -> None:
+    """Seed 000 served nvmet1 and nvmet2 from the kernel's nvmet and from SPDK on el72h3: they take turns."""
+    second = (
+        "  - kind: external\n    name: nvmet-again\n    address: 10.10.10.50\n    protocols: [nvme-tcp]\n"
+        "    nvme: {subsystems: [{nqn: 'nqn.2026-11.io.fabricqa:vlab-ram0', namespaces: [a]}]}\n\nvlab:\n"
+    )
+    lab = yaml.safe_load(_swap(VLAB, "\nvlab:\n", second))
+    lab["targets"][2].pop("address")
+    lab["targets"][2]["host"] = "vstor"
+    lab["targets"][2]["kind"] = "nvmet"
+    lab["targets"][2]["devices"] = {"a": {"path": "/dev/vdz"}}
+    path = tmp_path / "lab.yaml"
+    path.write_text(yaml.safe_dump(lab))
+    loaded = load_lab(path)
+    assert [t.name for t in loaded.targets_for("nvme-tcp")] == ["nvmet", "nvmet-again"]
+
+
 def _swap(text: str, old: str, new: str) -> str:
     assert old in text, old
     return text.replace(old, new, 1)
@@ -88,14 +105,15 @@ CASES = {
         VLAB.replace("roles: [initiator]", "roles: [db]"),
         r"protocols\[0\]: protocol nvme-tcp is declared but no host has the initiator role",
     ),
-    "two-targets-one-protocol": (
+    "same-nqn-on-two-hosts": (
         _swap(
             VLAB,
             "\nvlab:\n",
             "  - kind: external\n    address: 10.10.10.50\n    protocols: [nvme-tcp]\n"
-            "    nvme: {subsystems: [{nqn: 'nqn.2026-11.io.fabricqa:array', namespaces: [a]}]}\n\nvlab:\n",
+            "    nvme: {subsystems: [{nqn: 'nqn.2026-11.io.fabricqa:vlab-ram0', namespaces: [a]}]}\n\nvlab:\n",
         ),
-        r"targets\[2\]\.protocols: nvme-tcp is served by targets\[0\] and targets\[2\]; only the first",
+        r"targets\[2\]\.nvme\.subsystems\[0\]\.nqn: subsystem NQN 'nqn.2026-11.io.fabricqa:vlab-ram0' is also served "
+        r"by a target on another host; an initiator would see one subsystem through two portals",
     ),
     "target-host-without-role": (
         _swap(VLAB, "roles: [target]", "roles: [db]"),

@@ -138,3 +138,28 @@ def test_initiators_reconnect_in_place_and_their_devices_are_found_anew(monkeypa
     assert sorted(events) == ["disconnect vnode1", "disconnect vnode2"]
     with pytest.raises(KeyError, match="not an initiator of this fabric"):
         fabric.disconnect_initiators(["vstor"])
+
+
+def test_each_pairs_cases_run_in_one_stretch_and_phases_stay_in_order() -> None:
+    from pytest_fabricqa.grouping import runs_together
+
+    # (phase, pair or None, name): pytest's own order after its reordering by session parameters
+    items = [
+        (1, ("nvme-rdma", "nvmet"), "conn-nvmet"),
+        (1, None, "prereq-a"),
+        (1, ("nvme-rdma", "spdk"), "conn-spdk"),
+        (1, ("nvme-rdma", "nvmet"), "fio-nvmet"),
+        (0, None, "before"),
+        (1, ("nvme-rdma", "spdk"), "fio-spdk"),
+        (2, ("nvme-rdma", "nvmet"), "after-nvmet"),
+    ]
+    ordered = runs_together(items, phase=lambda i: i[0], key=lambda i: i[1])
+    assert [i[2] for i in ordered] == [
+        "before",
+        "conn-nvmet",
+        "fio-nvmet",
+        "prereq-a",
+        "conn-spdk",
+        "fio-spdk",
+        "after-nvmet",
+    ]

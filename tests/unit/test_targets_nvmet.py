@@ -152,3 +152,23 @@ def test_a_saved_config_for_rdma_still_serves_tcp_on_the_lab_port(tmp_path: Path
     assert [(p.trtype, p.traddr, p.trsvcid, p.subsystems) for p in tcp.ports] == [
         ("tcp", "10.10.10.19", 4420, ("nvmet2", "nvmet1"))
     ]
+
+
+def test_rac3_declares_the_seed_000_namespaces_with_their_nguids() -> None:
+    """labs/rac3.yaml says in lab keys what seed 000's nvmetcli JSON says: same subsystems, paths and NGUIDs."""
+    lab = load_lab(LABS / "rac3.yaml")
+    declared = plan_from_lab(lab, lab.target_for("nvme-rdma", "nvmet"), "nvme-rdma")
+    saved = load_saved_config(DATA / "nvmetcli-seed000.json")
+
+    def namespaces(plan: object) -> dict[str, list[tuple[str, str | None]]]:
+        return {s.nqn: [(n.path, n.nguid) for n in s.namespaces] for s in plan.subsystems}  # type: ignore[attr-defined]
+
+    assert (
+        namespaces(declared)
+        == namespaces(saved)
+        == {
+            "nvmet1": [("/dev/nvme1n1", "00000000-0000-0000-0000-000000000101")],
+            "nvmet2": [("/dev/nvme0n1", "00000000-0000-0000-0000-000000000102")],
+        }
+    )
+    assert [(p.trtype, p.traddr, p.trsvcid) for p in declared.ports] == [("rdma", "10.10.10.19", 4420)]

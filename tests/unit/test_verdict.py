@@ -51,7 +51,7 @@ def test_each_device_is_probed_once_per_session_and_read_only_devices_never(tmp_
     clean = _device(tmp_path / "clean.img")
     read_only = _device(tmp_path / "ro.img", asm=True, writable=False)  # never written: never probed
     guard.before_writes("nvme-tcp", [clean, read_only])
-    assert host.count == 1 and guard.guarded == {("nvme-tcp", "localhost", clean.path)}
+    assert host.count == 1 and guard.guarded == {("nvme-tcp", "nvmet", "localhost", clean.path)}
     guard.before_writes("nvme-tcp", [clean, read_only])
     assert host.count == 1  # the second write workload costs nothing
 
@@ -65,4 +65,4 @@ def test_a_device_with_an_asm_header_is_refused_until_the_lab_allows_it(tmp_path
             guard.before_writes("nvme-tcp", [asm])
     assert guard.guarded == set() and host.count == 2
     guard.before_writes("nvme-tcp", [_device(tmp_path / "asm.img", asm=True, destructive_ok=True)])
-    assert guard.guarded == {("nvme-tcp", "localhost", asm.path)}
+    assert guard.guarded == {("nvme-tcp", "nvmet", "localhost", asm.path)}

@@ -98,6 +98,7 @@ def plan_from_lab(lab: LabModel, model: TargetModel, protocol: str) -> NvmetPlan
                 nsid,
                 model.devices[name].path,
                 name,
+                nguid=model.devices[name].nguid,
                 writable=model.devices[name].writable,
                 destructive_ok=model.devices[name].destructive_ok,
             )

@@ -1,0 +1,196 @@
+"""Several targets per protocol (issue 12 item 4): ids, --target, usage errors, and the target in every output.
+
+Nothing here provisions anything: the inner tests use the ``target_name`` parameter and ``lab_target`` fixture
+(what the fabric depends on) and record cases through ``fabricqa_report``, as the real suites do.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RAC3 = ROOT / "labs" / "rac3.yaml"
+
+# Two targets of one host serving nvme-tcp (nvmet and SPDK take turns on it) and LIO serving iscsi.
+TWO_TARGETS = """
+name: two
+hosts:
+  stor:
+    transport: local
+    roles: [initiator, target]
+    storage: {interface: lo, address: 127.0.0.1}
+network: {link_speed_gbps: 10}
+protocols: [nvme-tcp, iscsi]
+targets:
+  - kind: nvmet
+    host: stor
+    protocols: [nvme-tcp]
+    devices: {d0: {path: /dev/ram0}}
+    nvme: {subsystems: [{nqn: "nqn.2026-12.io.fabricqa:a", namespaces: [d0]}]}
+  - name: fast
+    kind: spdk
+    host: stor
+    protocols: [nvme-tcp]
+    devices: {d0: {path: /dev/ram0}}
+    nvme: {subsystems: [{nqn: "nqn.2026-12.io.fabricqa:a", namespaces: [d0]}]}
+  - kind: lio
+    host: stor
+    protocols: [iscsi]
+    devices: {d0: {path: /dev/ram1}}
+    iscsi: {iqn: "iqn.2026-12.io.fabricqa:lio", luns: [d0]}
+"""
+
+INNER = """
+import pytest
+from pytest_fabricqa.verdict import performance_case
+from pytest_fabricqa.workloads import Workload
+
+W = Workload("randread-8k-qd128-j4", "randread", "8k", numjobs=4, iodepth=128, runtime=3)
+FIGURES = {"nvmet": 100000.0, "fast": 150000.0, "lio": 50000.0}
+
+
+@pytest.mark.loads_target
+def test_fio(lab, protocol, lab_target, fabricqa_report, request):
+    figures = {"iops": FIGURES[lab_target.name], "mbps": 800.0, "lat_mean_us": 40.0, "lat_p99_us": 90.0,
+               "target_cpu_usr_pct": 12.5, "target_cpu_sys_pct": 60.0, "target_cpu_idle_pct": 27.5}
+    case = performance_case(request.node.nodeid, lab, protocol, W, figures, target=lab_target.name)
+    assert not fabricqa_report.gate(case, request)
+
+
+def test_lab_wide(protocol):
+    pass
+"""
+
+
+def _two(pytester: pytest.Pytester, text: str = TWO_TARGETS) -> Path:
+    pytester.makepyfile(test_qualify=INNER)
+    path = pytester.path / "two.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_rac3_lists_iser_on_scst_and_nvme_rdma_on_nvmet_and_spdk_offline(pytester: pytest.Pytester) -> None:
+    """Seed 000's lab: SCST serving iSER, the kernel's nvmet and SPDK both serving nvme-rdma; no nvme-tcp."""
+    result = pytester.runpytest_subprocess(f"--lab={RAC3}", "--collect-only", "-q", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    ids = [line.rsplit("/", 1)[-1] for line in result.stdout.lines if "::" in line]
+    for pair in ("nvme-rdma-nvmet", "nvme-rdma-spdk", "iser-scst"):
+        assert f"test_performance.py::test_fio[{pair}-randread-8k-qd128-j4]" in ids
+        assert f"test_connectivity.py::test_every_initiator_is_connected[{pair}]" in ids
+    assert not [i for i in ids if "nvme-tcp" in i or "[iscsi" in i]
+
+
+def test_each_pair_runs_as_its_own_parametrization_and_its_cases_run_together(pytester: pytest.Pytester) -> None:
+    lab = _two(pytester)
+    result = pytester.runpytest(f"--lab={lab}", "--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.OK
+    ids = [line.split("::")[1] for line in result.stdout.lines if "::" in line]
+    assert sorted(ids) == sorted(
+        [
+            "test_fio[nvme-tcp-nvmet]",
+            "test_fio[nvme-tcp-fast]",
+            "test_fio[iscsi-lio]",
+            "test_lab_wide[nvme-tcp]",
+            "test_lab_wide[iscsi]",
+        ]
+    )
+    fio = [i for i in ids if i.startswith("test_fio")]
+    assert fio == ["test_fio[nvme-tcp-nvmet]", "test_fio[nvme-tcp-fast]", "test_fio[iscsi-lio]"]  # lab order
+
+
+def test_target_option_picks_targets_and_narrows_the_protocols(pytester: pytest.Pytester) -> None:
+    lab = _two(pytester)
+    result = pytester.runpytest(f"--lab={lab}", "--target=fast", "--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*test_fio[[]nvme-tcp-fast[]]", "*test_lab_wide[[]nvme-tcp[]]", "*2 tests collected*"])
+    result = pytester.runpytest(f"--lab={lab}", "--target=lio", "--target=nvmet", "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["*4 tests collected*"])
+    assert "fast" not in result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--target=tgt"],
+            "ERROR: --target=tgt: lab 'two' (*two.yaml) has no such target; its targets: nvmet (nvme-tcp), "
+            "fast (nvme-tcp), lio (iscsi)",
+        ),
+        (
+            ["--target=lio", "--protocol=nvme-tcp"],
+            "ERROR: --target=lio serves none of the selected protocols (nvme-tcp); pick a target serving one of "
+            "them or drop --protocol",
+        ),
+    ],
+    ids=["unknown-target", "target-serving-none-of-the-protocols"],
+)
+def test_a_bad_target_choice_is_a_one_line_usage_error(
+    pytester: pytest.Pytester, args: list[str], message: str
+) -> None:
+    lab = _two(pytester)
+    result = pytester.runpytest_subprocess(f"--lab={lab}", *args, "--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+    assert len([line for line in result.stderr.lines if line.strip()]) == 1
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            "  - kind: lio\n    host: stor\n    protocols: [iscsi]\n",
+            "  - kind: tgt\n    host: stor\n    protocols: [nvme-tcp, iscsi]\n"
+            "    nvme: {subsystems: [{nqn: 'nqn.2026-12.io.fabricqa:t', namespaces: [d0]}]}\n",
+            "ERROR: *two.yaml:*: targets[[]2[]].protocols[[]0[]]: a tgt target cannot serve nvme-tcp (tgt serves "
+            "iscsi, iser); serve nvme-tcp from a target of kind nvmet or spdk or external, or remove it",
+        ),
+        (
+            "  - name: fast\n",
+            "  - name: nvmet\n",
+            "ERROR: *two.yaml:*: targets[[]1[]].name: target name 'nvmet' is used by targets[[]0[]] (nvmet) and "
+            "targets[[]1[]] (spdk); give each target its own 'name'*",
+        ),
+    ],
+    ids=["tgt-serving-nvme-tcp", "duplicate-name"],
+)
+def test_a_lab_mistake_about_targets_is_a_one_line_usage_error(
+    pytester: pytest.Pytester, old: str, new: str, message: str
+) -> None:
+    assert old in TWO_TARGETS
+    text = TWO_TARGETS.replace(old, new)
+    lab = _two(pytester, text)
+    result = pytester.runpytest_subprocess(f"--lab={lab}", "--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+    assert "Traceback" not in result.stderr.str()
+    assert len([line for line in result.stderr.lines if line.strip()]) == 1
+
+
+def test_results_json_and_junit_carry_the_target_of_each_case(pytester: pytest.Pytester) -> None:
+    lab = _two(pytester)
+    result = pytester.runpytest_subprocess(f"--lab={lab}", "--report-dir=out", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    data = json.loads((pytester.path / "out" / "results.json").read_text())
+    perf = {c["case_id"]: c for c in data["cases"] if c["suite"] == "performance"}
+    assert {cid: c["target"] for cid, c in perf.items()} == {
+        "nvme-tcp-nvmet-randread-8k-qd128-j4": "nvmet",
+        "nvme-tcp-fast-randread-8k-qd128-j4": "fast",
+        "iscsi-lio-randread-8k-qd128-j4": "lio",
+    }
+    assert data["targets"]["fast"] == {
+        "kind": "spdk",
+        "host": "stor",
+        "protocols": ["nvme-tcp"],
+        "reactor_cores": "",
+    }
+    junit = ET.parse(pytester.path / "out" / "junit.xml")
+    props = {
+        tc.get("name"): {p.get("name"): p.get("value") for p in tc.iter("property")} for tc in junit.iter("testcase")
+    }
+    assert props["test_fio[nvme-tcp-fast]"]["target"] == "fast"
+    assert props["test_fio[nvme-tcp-fast]"]["protocol"] == "nvme-tcp"
+    assert props["test_fio[iscsi-lio]"]["target"] == "lio"
