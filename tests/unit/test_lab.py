@@ -279,6 +279,7 @@ def test_rac3_has_seed_000s_three_targets() -> None:
         ("scst", "scst", ("iser",)),
     ]
     scst = lab.target_for("iser")
-    assert scst.iscsi is not None and scst.iscsi.iqn == "iqn.2017-10.tgt1" and scst.iscsi.queue_depth == 128
+    assert scst.iscsi is not None and scst.iscsi.iqn == "iqn.2017-10.tgt1"
+    assert scst.scst is not None and scst.scst.queued_commands == 128
     spdk = lab.target_for("nvme-rdma", "spdk")
     assert spdk.nvme is not None and spdk.nvme.port == 4420 and lab.target_address(spdk) == "10.10.10.19"
