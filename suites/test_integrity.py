@@ -15,6 +15,7 @@ iSER, NVMe reservations over NVMe-oF); a target kind without them is skipped, na
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -41,7 +42,7 @@ def _disk(
     devices = ig.shared_devices(fabric.devices) if devices is None else devices
     if not devices:
         pytest.skip(f"{protocol}: the lab marks no exported device writable, so nothing is written")
-    write_guard.before_writes(protocol, fabric.devices)
+    write_guard.before_writes(protocol, fabric.devices, fabric.target)
     problem = ig.room_problem(devices[0], slots)
     if problem is not None:
         pytest.skip(f"{protocol}: {problem}")
@@ -55,8 +56,12 @@ def _initiators(fabric: Fabric, device: ig.SharedDevice, lab_hosts: dict[str, Ho
     return ig.hosts_by_name(lab_hosts, names)
 
 
-def _record(report: Any, request: pytest.FixtureRequest, case_id: str, protocol: str, outcome: ig.Outcome) -> None:
-    case = ig.integrity_case(request.node.nodeid, case_id, protocol, outcome)
+def _record(
+    report: Any, request: pytest.FixtureRequest, fabric: Fabric, name: str, protocol: str, outcome: ig.Outcome
+) -> None:
+    """Record the case ``<protocol>-<target>-<name>`` of the fabric's target."""
+    case = ig.integrity_case(request.node.nodeid, f"{protocol}-{fabric.target}-{name}", protocol, outcome)
+    case = replace(case, target=fabric.target)
     report.record(case, request)
     assert not outcome.problems, "\n".join(outcome.problems)
 
@@ -69,7 +74,7 @@ def test_write_and_verify(
     """The first initiator writes a region (each block read back while writing) and reads it all back."""
     device = _disk(fabric, protocol, write_guard, 1)
     host = _initiators(fabric, device, lab_hosts, 1)[0]
-    _record(fabricqa_report, request, f"{protocol}-integrity-same-host-{LABEL[bs]}", protocol,
+    _record(fabricqa_report, request, fabric, f"integrity-same-host-{LABEL[bs]}", protocol,
             ig.write_and_verify(host, device, bs))  # fmt: skip
 
 
@@ -81,7 +86,7 @@ def test_written_on_one_read_on_every_other(
     """Each initiator writes its own region; every other initiator reads it back (RAC's shared disk)."""
     device = _disk(fabric, protocol, write_guard, len(fabric.lab.hosts_with("initiator")))
     hosts = _initiators(fabric, device, lab_hosts, 2)
-    _record(fabricqa_report, request, f"{protocol}-integrity-cross-host-{LABEL[bs]}", protocol,
+    _record(fabricqa_report, request, fabric, f"integrity-cross-host-{LABEL[bs]}", protocol,
             ig.cross_verify(hosts, device, bs))  # fmt: skip
 
 
@@ -93,7 +98,7 @@ def test_concurrent_regions(
     """Every initiator writes its own region at the same time, then each reads back every region."""
     device = _disk(fabric, protocol, write_guard, len(fabric.lab.hosts_with("initiator")))
     hosts = _initiators(fabric, device, lab_hosts, 2)
-    _record(fabricqa_report, request, f"{protocol}-integrity-concurrent-{LABEL[bs]}", protocol,
+    _record(fabricqa_report, request, fabric, f"integrity-concurrent-{LABEL[bs]}", protocol,
             ig.concurrent_verify(hosts, device, bs))  # fmt: skip
 
 
@@ -108,7 +113,7 @@ def test_data_survives_reconnect(
     if not outcome.problems:
         fabric.reconnect_initiators()
         ig.verify_after_reconnect(outcome, hosts, ig.paths_now(fabric.devices, device), written)
-    _record(fabricqa_report, request, f"{protocol}-integrity-reconnect", protocol, outcome)
+    _record(fabricqa_report, request, fabric, "integrity-reconnect", protocol, outcome)
 
 
 def test_verify_detects_corruption(
@@ -119,7 +124,7 @@ def test_verify_detects_corruption(
     must name that block (the expected detection: this case passes when it does)."""
     if target_host is None:
         pytest.skip(f"{protocol}: an external target's backing device cannot be reached to change it")
-    target = lab.target_for(protocol)
+    target = lab.target_for(protocol, fabric.target)
     corruptible = [d for d in ig.shared_devices(fabric.devices) if target.devices[d.backing].corruptible]
     if not corruptible:
         pytest.skip(f"{protocol}: the lab marks no device corruptible (targets[].devices.NAME.corruptible: true)")
@@ -127,7 +132,7 @@ def test_verify_detects_corruption(
     hosts = _initiators(fabric, device, lab_hosts, 1)
     backing = target.devices[device.backing].path
     outcome, found = ig.corruption_detected(hosts[0], hosts[-1], target_host, device, backing)
-    _record(fabricqa_report, request, f"{protocol}-integrity-corruption-detected", protocol, outcome)
+    _record(fabricqa_report, request, fabric, "integrity-corruption-detected", protocol, outcome)
     assert found is not None
 
 
@@ -137,7 +142,7 @@ def test_reservations_fence(
 ) -> None:  # fmt: skip
     """Both initiators register, one holds Write Exclusive, the other's write is refused, a preempt moves it;
     everything is released at teardown, even after a failure."""
-    kind = lab.target_for(protocol).kind
+    kind = lab.target_for(protocol, fabric.target).kind
     why = unsupported(kind)
     if why is not None:
         pytest.skip(f"{protocol}: persistent reservations are {why}")
@@ -149,5 +154,6 @@ def test_reservations_fence(
         result = fencing(driver, a, b, device, undo)
     finally:
         undo.unwind()
-    fabricqa_report.record(reservation_case(request.node.nodeid, f"{protocol}-reservations", protocol, result), request)
+    case = reservation_case(request.node.nodeid, f"{protocol}-{fabric.target}-reservations", protocol, result)
+    fabricqa_report.record(replace(case, target=fabric.target), request)
     assert not result.problems, "\n".join(result.problems)

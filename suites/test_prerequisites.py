@@ -58,11 +58,11 @@ def test_target_kernel_and_modules(lab_target: TargetModel, protocol: str, targe
     assert not problems, "; ".join(problems)
 
 
-def test_target_daemon(lab: LabModel, protocol: str, target_host: Host | None) -> None:
+def test_target_daemon(lab: LabModel, lab_target: TargetModel, protocol: str, target_host: Host | None) -> None:
     """A target kind with a user-space half has it ready: SCST's iscsi-scstd and tgt's tgtd running, or installed
     when the lab has the plugin start them; SPDK's nvmf_tgt (or the running app and its RPC socket), python3 for its
     RPC client, hugepages or the no-huge setting, and RDMA built in for nvme-rdma."""
-    target = lab.target_for(protocol)
+    target = lab_target
     daemon = target_daemon(target, lab.targets.index(target))
     check = None
     if target_host is not None and target.host is not None:
