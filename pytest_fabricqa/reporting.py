@@ -179,7 +179,7 @@ class FabricqaReport:
         previous = node.stash.get(PROPERTIES_KEY, [])
         if previous:
             node.user_properties[:] = [p for p in node.user_properties if p not in previous]
-        properties = flat_properties(case)
+        properties = [p for p in flat_properties(case) if p not in node.user_properties]
         node.user_properties.extend(properties)
         node.stash[PROPERTIES_KEY] = properties
         return case
@@ -342,7 +342,11 @@ class ReportPlugin:
     def pytest_runtest_makereport(
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-        """Put the recorded case on the report (once; xdist ships it to the controller) and the protocol."""
+        """Put the recorded case on the report (once; xdist ships it to the controller), the protocol and the
+        target; a case that depends on the target gets it as a JUnit property whether it recorded figures or not."""
+        target = _param_of(item, "target_name")
+        if target is not None and ("target", target) not in item.user_properties:
+            item.user_properties.append(("target", target))
         report = yield
         case = item.stash.get(CASE_KEY, None)
         if case is not None and item.stash.get(SENT_KEY, None) is not case:
@@ -351,7 +355,6 @@ class ReportPlugin:
         protocol = _param_of(item, "protocol")
         if protocol is not None:
             report.fabricqa_protocol = protocol  # type: ignore[attr-defined]
-        target = _param_of(item, "target_name")
         if target is not None:
             report.fabricqa_target = target  # type: ignore[attr-defined]
         return report

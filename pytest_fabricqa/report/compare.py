@@ -1,8 +1,11 @@
-"""Protocol against protocol: each workload's figures side by side with the trend of each later protocol.
+"""Protocol against protocol, target against target: each workload's figures side by side with the trend of
+each later column against the first.
 
 This is the table field report 001 builds by hand (iSCSI over TCP against Soft-RoCE, 8 KiB blocks): IOPS
-and MB/s per protocol and a trend column, ``(later - first) / first * 100`` rounded to two decimals.
-``fabricqa-compare`` prints it from two or more results files as text, Markdown or an HTML fragment.
+and MB/s per protocol and a trend column, ``(later - first) / first * 100`` rounded to two decimals. A column
+is one (protocol, target) of a results file, so the same table compares targets too: seed 000's kernel nvmet
+against SPDK, by fio latency and the target host's CPU split (``--metrics latency-cpu``).
+``fabricqa-compare`` prints it from one or more results files as text, Markdown or an HTML fragment.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import argparse
 import html
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pytest_fabricqa.metrics import METRICS
@@ -26,11 +29,24 @@ from pytest_fabricqa.report.model import (
     Figures,
     ResultsFileError,
     Run,
+    TargetInfo,
     load_json,
 )
 from pytest_fabricqa.workloads import Workload
 
 DEFAULT_METRICS: tuple[str, ...] = ("iops", "mbps")
+#: Named metric lists for ``--metrics``: ``latency-cpu`` is what seed 000 compared its targets by.
+METRIC_SETS: dict[str, tuple[str, ...]] = {
+    "latency-cpu": (
+        "iops",
+        "lat_mean_us",
+        "lat_p99_us",
+        "target_cpu_usr_pct",
+        "target_cpu_sys_pct",
+        "target_cpu_idle_pct",
+    ),
+}
+TARGET_CPU = ("target_cpu_usr_pct", "target_cpu_sys_pct", "target_cpu_idle_pct")
 
 WorkloadKey = tuple[str, str, str, int, int | None, tuple[str, ...]]
 
@@ -47,12 +63,16 @@ def workload_key(case: Case) -> WorkloadKey:
 
 @dataclass(frozen=True)
 class Column:
-    """One protocol's cases from one results file."""
+    """One protocol's cases (of one target) from one results file."""
 
     label: str
     protocol: str
     source: str
     cases: dict[WorkloadKey, Case]
+    target: str | None = None
+    """The lab's name of the target; None for cases recorded without one."""
+    target_info: TargetInfo | None = None
+    """What the run recorded about the target (kind, host, SPDK's reactor cores)."""
 
 
 @dataclass(frozen=True)
@@ -82,17 +102,77 @@ class Comparison:
 
 
 def columns_from_run(run: Run, source: str = "") -> list[Column]:
-    """One column per protocol of ``run`` that has performance cases with figures."""
+    """One column per protocol and target of ``run`` that has performance cases with figures."""
     columns = []
     for protocol in run.protocols:
-        cases: dict[WorkloadKey, Case] = {}
+        by_target: dict[str | None, dict[WorkloadKey, Case]] = {}
         for case in run.cases_for(protocol, "performance"):
             if case.workload is None or not case.figures:
                 continue
-            cases.setdefault(workload_key(case), case)
-        if cases:
-            columns.append(Column(label=protocol, protocol=protocol, source=source, cases=cases))
+            by_target.setdefault(run.case_target(case), {}).setdefault(workload_key(case), case)
+        for target, cases in by_target.items():
+            info = run.targets.get(target) if target is not None else None
+            columns.append(Column(protocol, protocol, source, cases, target, info))
     return columns
+
+
+def select_columns(
+    columns: Sequence[Column], protocols: Sequence[str] = (), targets: Sequence[str] = ()
+) -> list[Column]:
+    """The columns of the given protocols and targets (all when none is given); ValueError names what matched
+    nothing and what there is."""
+    for wanted, have, what in ((protocols, [c.protocol for c in columns], "protocol"),
+                               (targets, [c.target or "" for c in columns], "target")):  # fmt: skip
+        for name in wanted:
+            if name not in have:
+                known = ", ".join(dict.fromkeys(h for h in have if h)) or "none"
+                raise ValueError(f"no {what} {name!r} in the results (they hold: {known})")
+    return [
+        c
+        for c in columns
+        if (not protocols or c.protocol in protocols) and (not targets or (c.target or "") in targets)
+    ]
+
+
+def _labels(columns: Sequence[Column]) -> list[str]:
+    """Each column's heading: its protocol; with its target where that protocol has several columns of different
+    targets; with its file's name where that still leaves two alike."""
+    labels = []
+    for column in columns:
+        same = [c for c in columns if c.protocol == column.protocol]
+        targets = {c.target for c in same}
+        label = column.label
+        if len(same) > 1 and len(targets) > 1 and column.target:
+            label = f"{label} {column.target}"
+        labels.append(label)
+    out = []
+    for label, column in zip(labels, columns, strict=True):
+        if labels.count(label) > 1 and column.source:
+            label = f"{label} ({Path(column.source).stem})"
+        out.append(label)
+    return out
+
+
+def _target_notes(columns: Sequence[Column], metrics: Sequence[str]) -> list[str]:
+    """What the target CPU columns stand on: the whole target host, and where SPDK's reactors poll."""
+    if not any(m in TARGET_CPU for m in metrics):
+        return []
+    notes = [
+        "target CPU: the target host's /proc/stat over each run, all cores together; usr + sys + idle is 100 less "
+        "iowait and steal. Figures from a virtual lab say nothing about hardware."
+    ]
+    for column in columns:
+        info = column.target_info
+        if info is None or info.kind != "spdk":
+            continue
+        if info.reactor_cores:
+            notes.append(
+                f"{column.label}: SPDK's reactors poll on cores {info.reactor_cores}; those cores show busy (usr) "
+                "whatever the load."
+            )
+        else:
+            notes.append(f"{column.label}: SPDK's reactor cores are not known (the lab gives no core mask).")
+    return notes
 
 
 def compare_columns(columns: Sequence[Column], metrics: Sequence[str] = DEFAULT_METRICS) -> Comparison:
@@ -101,15 +181,10 @@ def compare_columns(columns: Sequence[Column], metrics: Sequence[str] = DEFAULT_
     if unknown:
         raise ValueError(f"unknown metric(s) {', '.join(unknown)}; known metrics are {', '.join(METRICS)}")
     if len(columns) < 2:
-        raise ValueError(f"need at least two protocols to compare, found {len(columns)}")
-    # Two files measuring the same protocol (say before and after a kernel update) need telling apart.
-    labels = [c.label for c in columns]
-    fixed = []
-    for column in columns:
-        label = column.label
-        if labels.count(label) > 1 and column.source:
-            label = f"{label} ({Path(column.source).stem})"
-        fixed.append(Column(label, column.protocol, column.source, column.cases))
+        raise ValueError(f"need at least two protocols or targets to compare, found {len(columns)}")
+    # Two targets of one protocol, or two files measuring the same one (say before and after a kernel update),
+    # need telling apart.
+    fixed = [replace(column, label=label) for column, label in zip(columns, _labels(columns), strict=True)]
     order: list[WorkloadKey] = []
     workloads: dict[WorkloadKey, Workload] = {}
     for column in fixed:
@@ -126,7 +201,7 @@ def compare_columns(columns: Sequence[Column], metrics: Sequence[str] = DEFAULT_
         )
         for key in order
     )
-    notes = []
+    notes = _target_notes(fixed, metrics)
     for column in fixed[1:]:
         missing = [key for key in order if key not in column.cases]
         if missing:
@@ -134,12 +209,19 @@ def compare_columns(columns: Sequence[Column], metrics: Sequence[str] = DEFAULT_
     return Comparison(columns=tuple(fixed), metrics=tuple(metrics), rows=rows, notes=tuple(notes))
 
 
-def compare_runs(runs: Sequence[tuple[str, Run]], metrics: Sequence[str] = DEFAULT_METRICS) -> Comparison:
-    """Compare the protocols of several runs, given as ``(source name, run)`` pairs, in that order."""
+def compare_runs(
+    runs: Sequence[tuple[str, Run]],
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    *,
+    protocols: Sequence[str] = (),
+    targets: Sequence[str] = (),
+) -> Comparison:
+    """Compare the protocols and targets of several runs, given as ``(source name, run)`` pairs, in that order
+    (only ``protocols`` and ``targets`` when given)."""
     columns: list[Column] = []
     for source, run in runs:
         columns.extend(columns_from_run(run, source))
-    return compare_columns(columns, metrics)
+    return compare_columns(select_columns(columns, protocols, targets), metrics)
 
 
 # --- rendering --------------------------------------------------------------------------------------------
@@ -154,6 +236,9 @@ def _short_metric(metric: str) -> str:
         "lat_p99_us": "p99 µs",
         "lat_p999_us": "p99.9 µs",
         "lat_p9999_us": "p99.99 µs",
+        "target_cpu_usr_pct": "target usr %",
+        "target_cpu_sys_pct": "target sys %",
+        "target_cpu_idle_pct": "target idle %",
     }.get(metric, metric)
 
 
@@ -313,8 +398,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``fabricqa-compare A.json B.json [...]``: the protocol comparison table; exit 2 on unusable input."""
     parser = argparse.ArgumentParser(
         prog="fabricqa-compare",
-        description="Compare protocols across pytest-fabricqa results files: figures per workload and "
-        "the trend of each later protocol against the first.",
+        description="Compare protocols and targets across pytest-fabricqa results files: figures per workload "
+        "and the trend of each later column (a protocol, or a protocol's target) against the first.",
     )
     parser.add_argument("results", nargs="+", type=Path, help="results files (the first is the reference)")
     parser.add_argument("--format", choices=sorted(RENDERERS), default="text", help="output format")
@@ -322,13 +407,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--metrics",
         default=",".join(DEFAULT_METRICS),
-        help=f"comma-separated metrics to compare (default {','.join(DEFAULT_METRICS)})",
+        help=f"comma-separated metrics to compare (default {','.join(DEFAULT_METRICS)}), or "
+        + "; ".join(f"{name}: {','.join(ms)}" for name, ms in METRIC_SETS.items())
+        + " (seed 000's target comparison)",
+    )
+    parser.add_argument("--protocol", action="append", default=[], metavar="P[,P]", help="compare only these protocols")
+    parser.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="NAME[,NAME]",
+        help="compare only these targets (the lab's target names), e.g. --protocol nvme-rdma --target nvmet,spdk",
     )
     args = parser.parse_args(argv)
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    metrics = [m for name in metrics for m in METRIC_SETS.get(name, (name,))]
+    protocols = [p.strip() for value in args.protocol for p in value.split(",") if p.strip()]
+    targets = [t.strip() for value in args.target for t in value.split(",") if t.strip()]
     try:
         runs = [(str(path), load_json(path)) for path in args.results]
-        comparison = compare_runs(runs, metrics)
+        comparison = compare_runs(runs, metrics, protocols=protocols, targets=targets)
     except (ResultsFileError, ValueError) as exc:
         print(f"fabricqa-compare: {exc}", file=sys.stderr)
         return 2

@@ -18,7 +18,7 @@ import jinja2
 from pytest_fabricqa import __version__
 from pytest_fabricqa.fio.logs import TimeSeries, Window
 from pytest_fabricqa.report import charts
-from pytest_fabricqa.report.compare import columns_from_run, compare_columns, render_html_table
+from pytest_fabricqa.report.compare import METRIC_SETS, columns_from_run, compare_columns, render_html_table
 from pytest_fabricqa.report.formatting import format_figure, rw_label, size_bytes, workload_sort_key
 from pytest_fabricqa.report.model import Case, Integrity, Run, overall_verdict, write_atomic
 from pytest_fabricqa.scaling import DEFAULT_KNEE_GAIN_PCT, ScalingPoint, knee
@@ -121,10 +121,11 @@ class Failure:
 
 TABLE_METRICS = (
     "iops", "iops_rsd_pct", "mbps", "lat_mean_us", "lat_p99_us", "lat_p999_us", "cpu_usr_pct", "cpu_sys_pct",
-    "target_cpu_sys_pct",
+    "target_cpu_usr_pct", "target_cpu_sys_pct", "target_cpu_idle_pct",
 )  # fmt: skip
 TABLE_HEADERS = (
-    "IOPS", "IOPS RSD %", "MB/s", "mean µs", "p99 µs", "p99.9 µs", "CPU usr %", "CPU sys %", "target CPU sys %",
+    "IOPS", "IOPS RSD %", "MB/s", "mean µs", "p99 µs", "p99.9 µs", "CPU usr %", "CPU sys %", "target usr %",
+    "target sys %", "target idle %",
 )  # fmt: skip
 
 
@@ -162,20 +163,30 @@ def _reasons(case: Case) -> list[str]:
     return reasons
 
 
-def _group_key(case: Case) -> tuple[int, str, int, str, str]:
+GroupKey = tuple[str, int, str, int, str, str]
+
+
+def _group_key(case: Case, target: str | None = None) -> GroupKey:
+    """Cases of one target, access pattern and block size share a table (the target first: its own tables)."""
     w = case.workload
     assert w is not None
     key = workload_sort_key(w)
-    return (key[0], w.rw, key[2], w.bs, w.size or "")
+    return (target or "", key[0], w.rw, key[2], w.bs, w.size or "")
 
 
-def _group_title(case: Case) -> str:
+def _group_title(case: Case, target: str | None = None) -> str:
     w = case.workload
     assert w is not None
     title = f"{rw_label(w.rw).capitalize()}, {bs_label(w.bs)} blocks"
     if w.size:
         title += f", {w.size} file"
-    return title
+    return f"{target}: {title}" if target else title
+
+
+def _targets_of(run: Run, protocol: str) -> list[str]:
+    """The targets that served ``protocol``'s performance cases, in first-seen order."""
+    found = (run.case_target(c) for c in run.cases_for(protocol, "performance"))
+    return list(dict.fromkeys(t for t in found if t))
 
 
 def _point(case: Case, x: float) -> charts.Point:
@@ -295,9 +306,16 @@ def _is_scaling(case: Case) -> bool:
 def _protocol_section(run: Run, protocol: str, chart_ids: list[int]) -> ProtocolSection:
     performance = [c for c in run.cases_for(protocol) if c.suite == "performance" and c.workload is not None]
     cases = [c for c in performance if not _is_scaling(c)]
-    grouped: dict[tuple[int, str, int, str, str], list[Case]] = {}
-    for case in sorted(cases, key=lambda c: workload_sort_key(c.workload)):  # type: ignore[arg-type]
-        grouped.setdefault(_group_key(case), []).append(case)
+    # With several targets serving the protocol, each target has its own tables, titled by its name.
+    per_target = len(_targets_of(run, protocol)) > 1
+
+    def target(case: Case) -> str | None:
+        return run.case_target(case) if per_target else None
+
+    grouped: dict[GroupKey, list[Case]] = {}
+    order = {t: i for i, t in enumerate(_targets_of(run, protocol))}
+    for case in sorted(cases, key=lambda c: (order.get(target(c) or "", 0), workload_sort_key(c.workload))):  # type: ignore[arg-type]
+        grouped.setdefault(_group_key(case, target(case)), []).append(case)
     groups: list[Group] = []
     for members in grouped.values():
         # Columns nobody in the group measured are dropped, not shown as a wall of dashes.
@@ -339,7 +357,7 @@ def _protocol_section(run: Run, protocol: str, chart_ids: list[int]) -> Protocol
             svg = _timeseries_chart(case, f"c{chart_ids[0]}")
             if svg is not None:
                 over_time.append((case.case_id, svg))
-        title = _group_title(members[0])
+        title = _group_title(members[0], target(members[0]))
         show_qd = any(c.workload is not None and c.workload.iodepth is not None for c in members)
         show_host = any(c.hosts for c in members)
         groups.append(
@@ -360,22 +378,22 @@ def _protocol_section(run: Run, protocol: str, chart_ids: list[int]) -> Protocol
 
 
 def _comparison(run: Run, chart_ids: list[int]) -> tuple[str, list[tuple[str, str]]] | None:
-    """The protocol-against-protocol table and one chart per access pattern, for multi-protocol runs."""
-    perf = {
-        p: [c for c in run.cases_for(p, "performance") if c.workload is not None and c.figures and not _is_scaling(c)]
-        for p in run.protocols
-    }
-    if sum(1 for cases in perf.values() if cases) < 2:
-        return None
+    """The protocol-against-protocol table (a column per protocol, or per target of a protocol with several) and
+    one chart per access pattern, for runs with more than one column."""
     columns = [replace(c, label=protocol_name(c.protocol)) for c in columns_from_run(run)]
-    table = render_html_table(compare_columns(columns, metrics=("iops", "lat_p99_us")))
-    by_group: dict[tuple[int, str, int, str, str], dict[str, list[Case]]] = {}
-    titles: dict[tuple[int, str, int, str, str], str] = {}
-    for protocol, cases in perf.items():
-        for case in cases:
+    if len(columns) < 2:
+        return None
+    comparison = compare_columns(columns, metrics=("iops", "lat_p99_us"))
+    table = render_html_table(comparison)
+    by_group: dict[GroupKey, dict[str, list[Case]]] = {}
+    titles: dict[GroupKey, str] = {}
+    for column in comparison.columns:
+        for case in column.cases.values():
+            if _is_scaling(case):
+                continue
             key = _group_key(case)
             titles[key] = _group_title(case)
-            by_group.setdefault(key, {}).setdefault(protocol, []).append(case)
+            by_group.setdefault(key, {}).setdefault(column.label, []).append(case)
     figures = []
     for key in sorted(by_group):
         per_protocol = by_group[key]
@@ -393,18 +411,16 @@ def _comparison(run: Run, chart_ids: list[int]) -> tuple[str, list[tuple[str, st
             continue
         index = {p[1:]: i for i, p in enumerate(points)}
         series = []
-        for protocol in run.protocols:
-            if protocol not in per_protocol:
-                continue
+        for label, members in per_protocol.items():
             pts = sorted(
                 (
                     _point(c, float(index[(c.workload.numjobs, c.workload.iodepth)]))
-                    for c in per_protocol[protocol]
+                    for c in members
                     if c.workload is not None
                 ),
                 key=lambda p: p.x,
             )
-            series.append(charts.Series(protocol_name(protocol), tuple(pts)))
+            series.append(charts.Series(label, tuple(pts)))
         if not any(p.iops is not None or p.p99_us is not None for ser in series for p in ser.points):
             continue
         labels = [f"{j}×{d}" if d is not None else f"{j}" for _, j, d in points]
@@ -421,11 +437,41 @@ def _comparison(run: Run, chart_ids: list[int]) -> tuple[str, list[tuple[str, st
     return table, figures
 
 
+def _target_comparisons(run: Run) -> list[tuple[str, str]]:
+    """Seed 000's comparison for every protocol served by several targets: per target, fio's latency (mean, p99)
+    and the target host's CPU split (usr, sys, idle), with the trend against the first target."""
+    out = []
+    for protocol in run.protocols:
+        columns = [c for c in columns_from_run(run) if c.protocol == protocol and c.target]
+        if len(columns) < 2:
+            continue
+        metrics = [
+            m
+            for m in METRIC_SETS["latency-cpu"]
+            if any(m in case.figures for c in columns for case in c.cases.values())
+        ]
+        comparison = compare_columns([replace(c, label=protocol_name(protocol)) for c in columns], metrics=metrics)
+        out.append((protocol_name(protocol), render_html_table(comparison)))
+    return out
+
+
+def _targets(run: Run) -> str:
+    """``nvmet (nvmet on el72h3: nvme-rdma); spdk (spdk on el72h3: nvme-rdma; reactor cores 0x3)``."""
+    parts = []
+    for name, info in run.targets.items():
+        where = f"{info.kind} on {info.host}" if info.host else f"{info.kind}, external"
+        text = f"{name} ({where}: {', '.join(protocol_name(p) for p in info.protocols)}"
+        if info.kind == "spdk":
+            text += f"; reactor cores {info.reactor_cores or 'not known'}"
+        parts.append(text + ")")
+    return "; ".join(parts)
+
+
 def _environment(run: Run) -> list[tuple[str, str]]:
     env = run.environment
     items = [
         ("Lab", run.lab),
-        ("Target", run.target_kind),
+        ("Target", _targets(run) or run.target_kind),
         ("Protocols", ", ".join(protocol_name(p) for p in run.protocols)),
         ("Started", _when(run.started)),
         ("Finished", f"{_when(run.finished)} ({_duration(run.started, run.finished)})"),
@@ -518,6 +564,7 @@ def report_context(run: Run, *, title: str | None = None) -> dict[str, Any]:
             }
         )
     comparison = _comparison(run, chart_ids)
+    target_comparisons = _target_comparisons(run)
     other = [c for c in run.cases if c.suite in ("prerequisite", "connectivity", "integrity")]
     not_exercised = run.extras.get("oracle_not_exercised")
     return {
@@ -530,6 +577,7 @@ def report_context(run: Run, *, title: str | None = None) -> dict[str, Any]:
         "environment": _environment(run),
         "protocols": [_protocol_section(run, p, chart_ids) for p in run.protocols],
         "comparison": comparison,
+        "target_comparisons": target_comparisons,
         "oracle": _oracle(run),
         "oracle_not_exercised": not_exercised if isinstance(not_exercised, str) else NO_ORACLE,
         "other_checks": [

@@ -63,6 +63,10 @@ def test_fio(lab, protocol, lab_target, fabricqa_report, request):
 
 def test_lab_wide(protocol):
     pass
+
+
+def test_connect(lab_target):
+    pass
 """
 
 
@@ -96,19 +100,23 @@ def test_each_pair_runs_as_its_own_parametrization_and_its_cases_run_together(py
             "test_fio[iscsi-lio]",
             "test_lab_wide[nvme-tcp]",
             "test_lab_wide[iscsi]",
+            "test_connect[nvme-tcp-nvmet]",
+            "test_connect[nvme-tcp-fast]",
+            "test_connect[iscsi-lio]",
         ]
     )
-    fio = [i for i in ids if i.startswith("test_fio")]
-    assert fio == ["test_fio[nvme-tcp-nvmet]", "test_fio[nvme-tcp-fast]", "test_fio[iscsi-lio]"]  # lab order
+    # Each pair's cases in one stretch, the pairs in lab order.
+    pairs = [i.split("[")[1].rstrip("]") for i in ids if not i.startswith("test_lab_wide")]
+    assert pairs == ["nvme-tcp-nvmet"] * 2 + ["nvme-tcp-fast"] * 2 + ["iscsi-lio"] * 2
 
 
 def test_target_option_picks_targets_and_narrows_the_protocols(pytester: pytest.Pytester) -> None:
     lab = _two(pytester)
     result = pytester.runpytest(f"--lab={lab}", "--target=fast", "--collect-only", "-q")
     assert result.ret == pytest.ExitCode.OK
-    result.stdout.fnmatch_lines(["*test_fio[[]nvme-tcp-fast[]]", "*test_lab_wide[[]nvme-tcp[]]", "*2 tests collected*"])
+    result.stdout.fnmatch_lines(["*test_fio[[]nvme-tcp-fast[]]", "*test_lab_wide[[]nvme-tcp[]]", "*3 tests collected*"])
     result = pytester.runpytest(f"--lab={lab}", "--target=lio", "--target=nvmet", "--collect-only", "-q")
-    result.stdout.fnmatch_lines(["*4 tests collected*"])
+    result.stdout.fnmatch_lines(["*6 tests collected*"])
     assert "fast" not in result.stdout.str()
 
 
@@ -194,3 +202,12 @@ def test_results_json_and_junit_carry_the_target_of_each_case(pytester: pytest.P
     assert props["test_fio[nvme-tcp-fast]"]["target"] == "fast"
     assert props["test_fio[nvme-tcp-fast]"]["protocol"] == "nvme-tcp"
     assert props["test_fio[iscsi-lio]"]["target"] == "lio"
+    assert props["test_connect[nvme-tcp-nvmet]"] == {"target": "nvmet"}  # recorded nothing, still named
+    assert "target" not in props["test_lab_wide[iscsi]"]
+    fast = [
+        p.get("name")
+        for tc in junit.iter("testcase")
+        if tc.get("name") == "test_fio[nvme-tcp-fast]"
+        for p in tc.iter("property")
+    ]
+    assert fast.count("target") == 1  # the parameter's and the recorded case's, once

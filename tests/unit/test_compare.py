@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from factories import make_run, perf_case
 
-from pytest_fabricqa.report.compare import compare_runs, main, render_html, render_markdown, render_text
+from pytest_fabricqa.report.compare import (
+    METRIC_SETS,
+    compare_runs,
+    main,
+    render_html,
+    render_markdown,
+    render_text,
+)
 from pytest_fabricqa.report.formatting import format_trend, trend_pct
-from pytest_fabricqa.report.model import Run, load_json, write_json
+from pytest_fabricqa.report.model import Case, Run, load_json, write_json
 
 DATA = Path(__file__).parent.parent / "data" / "report"
 ISCSI = DATA / "seed001_iscsi.json"
@@ -171,3 +179,76 @@ def test_multi_protocol_run_compares_its_own_protocols(tmp_path: Path) -> None:
     assert main([str(path), "-o", str(tmp_path / "out.txt")]) == 0
     text = (tmp_path / "out.txt").read_text()
     assert "nvme-tcp vs nvme-rdma" in text and "iser vs nvme-rdma" in text
+
+
+# --- by target (seed 000: the kernel's nvmet against SPDK) ----------------------------------------------------
+
+
+def seed000_run() -> Run:
+    """One run, nvme-rdma through nvmet and through SPDK, with the target CPU split seed 000 reports in words
+    (nvmet: ~80% sys, idle 15-20%; SPDK: ~50% usr, idle 45-50%); the latencies only say "SPDK lower"."""
+    from pytest_fabricqa.report.model import TargetInfo
+
+    def case(target: str, figures: dict[str, float]) -> Case:
+        return perf_case(
+            "nvme-rdma",
+            "randread-8k-qd128-j4",
+            case_id=f"nvme-rdma-{target}-randread-8k-qd128-j4",
+            target=target,
+            figures=figures,
+        )
+
+    nvmet = case(
+        "nvmet",
+        {"iops": 300000.0, "lat_mean_us": 1700.0, "lat_p99_us": 3000.0, "target_cpu_usr_pct": 3.0,
+         "target_cpu_sys_pct": 80.0, "target_cpu_idle_pct": 17.0},
+    )  # fmt: skip
+    spdk = case(
+        "spdk",
+        {"iops": 310000.0, "lat_mean_us": 1650.0, "lat_p99_us": 2400.0, "target_cpu_usr_pct": 50.0,
+         "target_cpu_sys_pct": 2.5, "target_cpu_idle_pct": 47.5},
+    )  # fmt: skip
+    targets = {
+        "nvmet": TargetInfo("nvmet", "el72h3", ("nvme-rdma",)),
+        "spdk": TargetInfo("spdk", "el72h3", ("nvme-rdma",), reactor_cores="0x3"),
+    }
+    return make_run(nvmet, spdk, target_kind="nvmet+spdk", targets=targets)
+
+
+def test_one_run_compares_its_targets_with_latency_and_the_target_cpu_split() -> None:
+    run = seed000_run()
+    comparison = compare_runs([("r.json", run)], METRIC_SETS["latency-cpu"])
+    assert [c.label for c in comparison.columns] == ["nvme-rdma nvmet", "nvme-rdma spdk"]
+    row = comparison.rows[0]
+    assert row.trend(1, "lat_p99_us") == -20.0 and row.trend(1, "target_cpu_idle_pct") == 179.41
+    text = render_text(comparison)
+    assert "nvme-rdma spdk vs nvme-rdma nvmet" in text
+    assert "target usr %" in text and "target sys %" in text and "target idle %" in text
+    assert "note: nvme-rdma spdk: SPDK's reactors poll on cores 0x3" in text
+    assert "usr + sys + idle is 100 less iowait and steal" in text
+
+
+def test_cli_compares_by_target_and_names_what_is_not_there(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_json(seed000_run(), tmp_path / "results.json")
+    argv = [str(path), "--protocol", "nvme-rdma", "--target", "nvmet,spdk", "--metrics", "latency-cpu"]
+    assert main([*argv, "--format", "md"]) == 0
+    out = capsys.readouterr().out
+    assert "nvme-rdma spdk vs nvme-rdma nvmet target idle %" in out.splitlines()[0]
+    assert "+179.41%" in out and "-20.00%" in out
+    assert main([str(path), "--target", "lio"]) == 2
+    err = capsys.readouterr().err
+    assert err == "fabricqa-compare: no target 'lio' in the results (they hold: nvmet, spdk)\n"
+
+
+def test_a_target_compared_across_two_files_is_labelled_by_target() -> None:
+    run = seed000_run()
+    only = [(f"{t}.json", replace(run, cases=tuple(c for c in run.cases if c.target == t))) for t in ("nvmet", "spdk")]
+    comparison = compare_runs(only, ("iops",))
+    assert [c.label for c in comparison.columns] == ["nvme-rdma nvmet", "nvme-rdma spdk"]
+
+
+def test_a_file_from_before_targets_compares_as_its_protocols() -> None:
+    old = load_json(DATA / "sample_baseline.json")
+    comparison = compare_runs([("old.json", old)])
+    assert [c.label for c in comparison.columns] == ["nvme-rdma", "nvme-tcp", "iser"]
+    assert [c.target for c in comparison.columns] == ["nvmet", "nvmet", "scst"]

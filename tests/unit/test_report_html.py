@@ -163,3 +163,38 @@ def test_each_case_shows_what_its_figures_stand_on(sample: Run, tmp_path: Path) 
     # Without fio's job_start the report says the spread is not known rather than showing nothing.
     unknown = replace(stood_on, start_offsets_ms={})
     assert "start spread of the hosts not known" in case_extra_html(unknown)
+
+
+def test_targets_of_one_protocol_get_their_own_tables_and_seed_000s_comparison() -> None:
+    """nvme-rdma through nvmet and SPDK: per-target tables, and the target comparison with the CPU split."""
+    from factories import make_run, perf_case
+
+    from pytest_fabricqa.report.model import TargetInfo
+
+    def case(target: str, usr: float, sys: float, idle: float, p99: float) -> object:
+        figures = {"iops": 300000.0, "lat_mean_us": 1700.0, "lat_p99_us": p99, "target_cpu_usr_pct": usr,
+                   "target_cpu_sys_pct": sys, "target_cpu_idle_pct": idle}  # fmt: skip
+        cid = f"nvme-rdma-{target}-randread-8k-qd128-j4"
+        return perf_case("nvme-rdma", "randread-8k-qd128-j4", case_id=cid, target=target, figures=figures)
+
+    targets = {
+        "nvmet": TargetInfo("nvmet", "el72h3", ("nvme-rdma",)),
+        "spdk": TargetInfo("spdk", "el72h3", ("nvme-rdma",)),
+    }
+    run = make_run(
+        case("nvmet", 3.0, 80.0, 17.0, 3000.0),  # type: ignore[arg-type]
+        case("spdk", 50.0, 2.5, 47.5, 2400.0),  # type: ignore[arg-type]
+        target_kind="nvmet+spdk",
+        targets=targets,
+    )
+    context = report_context(run)
+    titles = [g.title for s in context["protocols"] for g in s.groups]
+    assert titles == ["nvmet: Random read, 8 KiB blocks", "spdk: Random read, 8 KiB blocks"]
+    assert [t for t, _ in context["target_comparisons"]] == ["NVMe/RDMA"]
+    table = context["target_comparisons"][0][1]
+    for heading in ("target usr %", "target sys %", "target idle %", "p99 µs", "mean µs"):
+        assert heading in table
+    assert "-20.00%" in table and "+179.41%" in table
+    assert "reactor cores are not known" in table
+    html = render_html(run)
+    assert 'id="targets"' in html and "nvmet (nvmet on el72h3: NVMe/RDMA); spdk (spdk on el72h3: NVMe/RDMA;" in html
