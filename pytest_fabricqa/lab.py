@@ -244,6 +244,9 @@ class TgtSettings(_Model):
 SPDK_CORE_MASK_RE = re.compile(r"^(0x[0-9a-fA-F]+|\[[0-9]+([-,][0-9]+)*\])$")
 
 
+SPDK_DEFAULT_CORE_MASK = "0x1"  # nvmf_tgt's reactors when the lab gives no core_mask (SPDK's own default too)
+
+
 class SpdkSettings(_Model):
     """How the plugin drives SPDK's NVMe-oF target (``nvmf_tgt``) on the target host: it starts one (``start: true``,
     the default: ``binary``, ``core_mask``, the RPC socket, hugepages or ``no_huge`` with ``mem_size_mb``) or
@@ -334,11 +337,13 @@ class TargetModel(_Model):
 
     @property
     def reactor_cores(self) -> str:
-        """The cores an SPDK target's reactors poll on (its ``spdk.core_mask``, as the lab gives it); empty for
-        other kinds, and for an SPDK app the plugin attaches to without being told its mask."""
-        # Read by name: the spdk section arrives with the spdk kind (issue 12 item 1).
-        settings = getattr(self, "spdk", None)
-        return str(getattr(settings, "core_mask", None) or "")
+        """The cores an SPDK target's reactors poll on: the core mask the plugin starts ``nvmf_tgt`` with (the
+        lab's ``spdk.core_mask``, else SPDK's default); empty for other kinds and for an app the plugin attaches
+        to (its mask is the app's own, not the lab's)."""
+        if self.kind != "spdk":
+            return ""
+        settings = self.spdk or SpdkSettings()
+        return (settings.core_mask or SPDK_DEFAULT_CORE_MASK) if settings.start else ""
 
     @model_validator(mode="after")
     def _default_name(self) -> TargetModel:

@@ -193,7 +193,7 @@ def test_results_json_and_junit_carry_the_target_of_each_case(pytester: pytest.P
         "kind": "spdk",
         "host": "stor",
         "protocols": ["nvme-tcp"],
-        "reactor_cores": "",
+        "reactor_cores": "0x1",  # SPDK's default mask: the lab gives none
     }
     junit = ET.parse(pytester.path / "out" / "junit.xml")
     props = {

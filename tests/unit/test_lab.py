@@ -283,3 +283,22 @@ def test_rac3_has_seed_000s_three_targets() -> None:
     assert scst.scst is not None and scst.scst.queued_commands == 128
     spdk = lab.target_for("nvme-rdma", "spdk")
     assert spdk.nvme is not None and spdk.nvme.port == 4420 and lab.target_address(spdk) == "10.10.10.19"
+
+
+def test_reactor_cores_are_the_mask_the_plugin_starts_spdk_with(tmp_path: Path) -> None:
+    lab = load_lab(ROOT / "labs" / "rac3.yaml")
+    assert [t.reactor_cores for t in lab.targets] == ["", "0x1", ""]  # SPDK's default mask; nvmet and SCST: none
+    text = (ROOT / "labs" / "rac3.yaml").read_text()
+    masked = text.replace(
+        '        - {nqn: "nqn.2016-06.io.spdk:cnode2", namespaces: [p750a]}\n',
+        "        - {nqn: \"nqn.2016-06.io.spdk:cnode2\", namespaces: [p750a]}\n    spdk: {core_mask: '0x6'}\n",
+    )
+    attached = text.replace(
+        '        - {nqn: "nqn.2016-06.io.spdk:cnode2", namespaces: [p750a]}\n',
+        '        - {nqn: "nqn.2016-06.io.spdk:cnode2", namespaces: [p750a]}\n    spdk: {start: false}\n',
+    )
+    assert masked != text and attached != text
+    (tmp_path / "masked.yaml").write_text(masked)
+    (tmp_path / "attached.yaml").write_text(attached)
+    assert load_lab(tmp_path / "masked.yaml").target_for("nvme-rdma", "spdk").reactor_cores == "0x6"
+    assert load_lab(tmp_path / "attached.yaml").target_for("nvme-rdma", "spdk").reactor_cores == ""

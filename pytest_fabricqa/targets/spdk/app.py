@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pytest_fabricqa.lab import SpdkSettings
+from pytest_fabricqa.lab import SPDK_DEFAULT_CORE_MASK, SpdkSettings
 from pytest_fabricqa.transport.base import Host
 
 # argv: binary (lab's or ""), rpc.py (lab's or ""), socket. One line per fact. Where the lab names neither, nvmf_tgt
@@ -107,7 +107,7 @@ def probe(host: Host, settings: SpdkSettings) -> SpdkHost:
 
 def start_argv(binary: str, settings: SpdkSettings) -> list[str]:
     """nvmf_tgt's command line for the lab's settings (SPDK 23.01 takes ``--no-huge`` through ``--env-context``)."""
-    argv = [binary, "-m", settings.core_mask or "0x1", "-r", settings.rpc_socket]
+    argv = [binary, "-m", settings.core_mask or SPDK_DEFAULT_CORE_MASK, "-r", settings.rpc_socket]
     if settings.mem_size_mb is not None:
         argv += ["-s", str(settings.mem_size_mb)]
     if settings.no_pci:
