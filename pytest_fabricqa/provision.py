@@ -245,7 +245,7 @@ def connect_fabric(lab: LabModel, protocol: str, hosts: Mapping[str, Host], *, t
         target_kind=model.kind,
     )
     # A target kind whose queue limits live behind its own interface (SPDK's transport) reads them itself.
-    reader = getattr(target, "queue_settings", None)
+    reader = getattr(driver, "queue_settings", None)
     if reader is not None and model.host is not None:
         values = reader(protocol)
         if values:
