@@ -163,3 +163,56 @@ def test_each_pairs_cases_run_in_one_stretch_and_phases_stay_in_order() -> None:
         "fio-spdk",
         "after-nvmet",
     ]
+
+
+def test_connect_fabric_provisions_the_named_target_one_pair_per_host_and_reads_its_queue_limits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two targets of vstor serve nvme-tcp: the one named is provisioned, the export and the fabric carry its
+    name, a second pair on the same host is refused while the first is live, and a driver's own queue reader
+    (SPDK's) is asked for its limits."""
+    import yaml
+
+    from pytest_fabricqa import provision
+    from pytest_fabricqa.initiators.connect import Connected
+    from pytest_fabricqa.lab import LabModel
+    from pytest_fabricqa.targets.base import Export, ExportedUnit
+
+    data = yaml.safe_load((LABS / "vlab.yaml").read_text())
+    second = dict(data["targets"][0], name="second")
+    data["targets"].append(second)
+    lab = LabModel.model_validate(data)
+    hosts = {name: ScriptedHost(name) for name in lab.hosts}
+    provisioned: list[str] = []
+
+    class Driver:
+        def __init__(self, model: object) -> None:
+            self.model = model
+
+        def provision(self, protocol: str, undo: UndoStack) -> Export:
+            provisioned.append(self.model.name)  # type: ignore[attr-defined]
+            unit = ExportedUnit("nqn.x", 1, "ram0", "/dev/ram0", True, False)
+            return Export(protocol, "tcp", "10.10.10.19", 4420, (unit,), "vstor")
+
+        def queue_settings(self, protocol: str) -> dict[str, int]:
+            return {"spdk_max_queue_depth": 128}
+
+    def connect_one(lab_: object, model: object, export: Export, host: ScriptedHost, undo: UndoStack) -> Connected:
+        assert export.target == model.name  # type: ignore[attr-defined]
+        return Connected([FabricDevice(host.name, "/dev/nvme1n1", "ram0", "nqn.x", 1, 1 << 29, 512, True, False)], [])
+
+    monkeypatch.setattr(provision, "load_target", lambda lab_, model, hosts_: Driver(model))
+    monkeypatch.setattr(provision, "connect_one", connect_one)
+    monkeypatch.setattr(provision, "cleanup_stale", lambda *a, **k: [])
+    monkeypatch.setattr(provision, "read_queues", lambda *a, **k: {})
+    fabric = provision.connect_fabric(lab, "nvme-tcp", hosts, target="second")
+    try:
+        assert provisioned == ["second"] and fabric.target == "second" and fabric.export.target == "second"
+        assert fabric.queues == {"vstor": {"spdk_max_queue_depth": 128}}
+        with pytest.raises(ProvisionError, match=r"the nvme-tcp fabric of target second is still connected"):
+            provision.connect_fabric(lab, "nvme-tcp", hosts, target="nvmet")
+    finally:
+        fabric.teardown()
+    again = provision.connect_fabric(lab, "nvme-tcp", hosts, target="nvmet")  # the host is free again
+    again.teardown()
+    assert provisioned == ["second", "nvmet"]
