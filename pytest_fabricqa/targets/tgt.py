@@ -44,6 +44,8 @@ _LUN = re.compile(r"^LUN: (\d+)$")
 _FIELD = re.compile(r"^([A-Za-z][A-Za-z /_-]*): ?(.*)$")
 _LLD = re.compile(r"^(\w+): (\w+)$")
 
+TGT_ISER_PORT = 3260  # where tgtd listens for iSER; it cannot be moved (see _start_daemon)
+
 
 @dataclass
 class TgtLun:
@@ -361,8 +363,14 @@ class TgtTarget(ConfigfsTarget):
             "--pid-file", self.pid_file,
             "--iscsi", f"portal={plan.portal}",
         ]  # fmt: skip
-        if plan.iser:
-            argv += ["--iser", f"port={plan.port}"]
+        # Debian's tgtd 1.0.85 refuses every `--iser port=N` ("iser_param_parser(3595) invalid port supplied", seen
+        # on this project's build host and on vstor) and listens for iSER on 3260, its default: no other port works.
+        if plan.iser and plan.port != TGT_ISER_PORT:
+            raise self._fail(
+                f"tgtd serves iSER on port {TGT_ISER_PORT} only (its --iser port= option refuses every value), "
+                f"not {plan.port}",
+                f"set {self.where}.iscsi.port: {TGT_ISER_PORT} for iser on tgt",
+            )
         undo.push(f"stop the tgtd fabricqa started ({self.pid_file})", self.stop_daemon)
         self.host.run(["mkdir", "-p", remote.STATE_DIR])
         result = self.host.run(argv, check=False)

@@ -16,6 +16,9 @@ mount -t devpts -o gid=5,mode=620 devpts /dev/pts
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 mount -t tmpfs -o mode=755 tmpfs /run
 mkdir -p /run/lock /run/sshd
+# SCST keeps each device's persistent-reservation state here and refuses add_device without it (its `make install`
+# creates the folder; the image carries only SCST's modules and daemons).
+mkdir -p /var/lib/scst/pr
 ln -sf /proc/self/mounts /etc/mtab
 modprobe configfs
 mount -t configfs configfs /sys/kernel/config

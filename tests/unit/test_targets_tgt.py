@@ -426,7 +426,7 @@ def test_start_mode_starts_tgtd_on_the_portal_and_stops_it_after(tmp_path: Path)
     start = next(c for c in host.commands if c[0] == "tgtd")
     assert start == (
         "tgtd", "--control-port", "5", "--pid-file", "/run/fabricqa/fabricqa-tgtd.pid",
-        "--iscsi", "portal=10.10.10.19:3260", "--iser", "port=3260",
+        "--iscsi", "portal=10.10.10.19:3260",
     )  # fmt: skip
     assert all(c[:3] == ("tgtadm", "--control-port", "5") for c in host.commands if c[0] == "tgtadm")
     assert "vstor: the tgtd fabricqa started (pid 4242) is still running" in target.leftovers()
@@ -542,3 +542,16 @@ def test_a_started_tgtd_that_fell_back_from_the_labs_portal_is_one_line_and_stop
         "(targets[1].iscsi.port; a LIO or SCST portal holds it with no process to show)"
     )
     assert undo.unwind() == [] and not host.running
+
+
+def test_iser_on_another_port_than_3260_is_one_line_before_tgtd_starts(tmp_path: Path) -> None:
+    _lab(tmp_path, tgt="{daemon: start, control_port: 5}")
+    path = tmp_path / "lab.yaml"
+    assert "      port: 3260\n" in path.read_text()
+    path.write_text(path.read_text().replace("      port: 3260\n", "      port: 3261\n"))
+    lab = load_lab(path)
+    host = FakeTgtd(running=False)
+    target = load_target(lab, lab.target_for("iser"), {"vstor": host})  # type: ignore[dict-item]
+    with pytest.raises(ProvisionError, match=r"tgtd serves iSER on port 3260 only .* not 3261"):
+        target.provision("iser", UndoStack())
+    assert not any(c[0] == "tgtd" for c in host.commands)

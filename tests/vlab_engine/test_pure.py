@@ -567,14 +567,14 @@ def test_the_lab_file_with_hosts_reordered_attaches_and_another_lab_is_one_line(
         check_attachable(reordered, state_dir)  # the same lab: attaches, nothing raised
         assert VirtualLab.attach(spec_from_lab(reordered), run_dir) is not None
 
-        other = _lab_with(tmp_path, VLAB_YAML.read_text().replace("memory_mb: 1536", "memory_mb: 2048"))
+        other = _lab_with(tmp_path, VLAB_YAML.read_text().replace("memory_mb: 2560", "memory_mb: 3072"))
         with pytest.raises(LabInTheWay) as caught:
             check_attachable(other, state_dir)
         message = str(caught.value)
         assert "\n" not in message
         assert message == (
             f"lab 'vlab': the virtual lab running in {run_dir} is not this lab file's: it runs other guests "
-            "(vstor.memory_mb: running 1536, wanted 2048); stop it with "
+            "(vstor.memory_mb: running 2560, wanted 3072); stop it with "
             f"`fabricqa-vlab down --run-dir {run_dir}` and run again, "
             "or run with the lab file it was started from to attach to it"
         )
