@@ -19,6 +19,9 @@ mkdir -p /run/lock /run/sshd
 # SCST keeps each device's persistent-reservation state here and refuses add_device without it (its `make install`
 # creates the folder; the image carries only SCST's modules and daemons).
 mkdir -p /var/lib/scst/pr
+# LIO writes each registration's APTPL metadata under /var/target/pr and answers PERSISTENT RESERVE OUT with NOT
+# READY when it cannot ("filp_open(/var/target/pr/aptpl_...) failed"); targetcli's packages create the folder.
+mkdir -p /var/target/pr
 ln -sf /proc/self/mounts /etc/mtab
 modprobe configfs
 mount -t configfs configfs /sys/kernel/config

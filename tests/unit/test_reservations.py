@@ -175,3 +175,11 @@ def test_release_tries_each_key_until_the_target_takes_one() -> None:
 
     release(Driver(), [(ScriptedHost("vnode1"), "/dev/sdb", KA), (ScriptedHost("vnode2"), "/dev/sdc", KB)])
     assert calls == ["vnode1", "vnode2"]
+
+
+def test_real_sg_persist_output_from_lio_in_the_virtual_lab_parses() -> None:
+    # Recorded by tests/vlab/test_integrity_vlab.py (LIO over iSCSI, sg3-utils 1.46 in the bookworm guest) after
+    # vnode2 preempted vnode1: one key left ("1 registered reservation key follows", singular), vnode2's hold.
+    assert parse_sg_read_keys((DATA / "sg_persist-read-keys-one.txt").read_text()) == (3, (KB,))
+    held = parse_sg_read_reservation((DATA / "sg_persist-read-reservation-held.txt").read_text())
+    assert held == (3, KB, "Write Exclusive")

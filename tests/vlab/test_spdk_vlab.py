@@ -74,7 +74,13 @@ def spdk_vlab(
     cleanup_stale(spdk_lab(start=False), hosts)
 
 
-@pytest.mark.parametrize("protocol", ["nvme-tcp", "nvme-rdma"])
+# SPDK's RDMA transport under --no-huge on Soft-RoCE: nvmf_create_transport answers "Failed to add transport to
+# tgt.(-1)" on vstor (first vlab run); why (no pinned memory without hugepages, or the rxe device as SPDK sees it)
+# is open (issue 12).
+SPDK_RDMA = pytest.mark.xfail(strict=True, reason="SPDK's RDMA transport fails to start under --no-huge on rxe")
+
+
+@pytest.mark.parametrize("protocol", ["nvme-tcp", pytest.param("nvme-rdma", marks=SPDK_RDMA)])
 def test_spdk_serves_both_initiators_and_leaves_nothing(
     spdk_vlab: tuple[dict[str, Host], dict[str, str]], protocol: str
 ) -> None:
