@@ -49,7 +49,7 @@ def test_spread_time_series_and_scaling_reach_results_and_report(
 
     results = json.loads((report / "results.json").read_text())
     cases = {c["case_id"]: c for c in results["cases"] if c["suite"] == "performance"}
-    for cid in ("nvme-tcp-randread-4k-qd32-j1", "nvme-tcp-write-1m-qd4-j1"):
+    for cid in ("nvme-tcp-nvmet-randread-4k-qd32-j1", "nvme-tcp-nvmet-write-1m-qd4-j1"):
         case = cases[cid]
         spread = case["extras"]["spread"]
         assert spread["basis"] == "samples" and spread["rounds"] == 2, spread
@@ -64,7 +64,7 @@ def test_spread_time_series_and_scaling_reach_results_and_report(
         assert any(p.name.endswith(".log.10.10.10.18") for p in kept)  # vnode2's logs, named after its address
         assert "target_cpu_sys_pct" in case["figures"]
 
-    scaling = cases["nvme-tcp-randread-4k-qd32-j1-scaling"]
+    scaling = cases["nvme-tcp-nvmet-randread-4k-qd32-j1-scaling"]
     steps = scaling["extras"]["scaling"]
     assert [s["n"] for s in steps] == [1, 2] and steps[0]["hosts"] == ["vnode1"]
     assert steps[1]["efficiency"] == pytest.approx(steps[1]["iops"] / (2 * steps[0]["iops"]))
