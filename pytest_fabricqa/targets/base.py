@@ -9,6 +9,7 @@ of every step on an :class:`UndoStack` *before* the step runs, and reports what 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -156,3 +157,12 @@ def target_index(lab: LabModel, model: TargetModel) -> int:
         if candidate is model:
             return index
     return lab.targets.index(model)
+
+
+def portal_name(address: str, port: int) -> str:
+    """An iSCSI portal as LIO's configfs, SCST and tgt name it: ADDR:PORT, or [ADDR]:PORT for IPv6."""
+    try:
+        v6 = ipaddress.ip_address(address).version == 6
+    except ValueError:
+        v6 = False
+    return f"[{address}]:{port}" if v6 else f"{address}:{port}"

@@ -12,7 +12,6 @@ was lost leaves). Anything else is never touched.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -29,6 +28,7 @@ from pytest_fabricqa.targets.base import (
     ProvisionError,
     UndoStack,
     mark_number,
+    portal_name,
     target_index,
 )
 from pytest_fabricqa.targets.configfs import ConfigfsTarget
@@ -134,11 +134,7 @@ class LioPlan:
     @property
     def portal(self) -> str:
         """The portal's configfs name: ADDR:PORT, or [ADDR]:PORT for IPv6."""
-        try:
-            v6 = ipaddress.ip_address(self.address).version == 6
-        except ValueError:
-            v6 = False
-        return f"[{self.address}]:{self.port}" if v6 else f"{self.address}:{self.port}"
+        return portal_name(self.address, self.port)
 
 
 def plan_from_lab(lab: LabModel, model: TargetModel, protocol: str) -> LioPlan:

@@ -8,13 +8,12 @@ after IQNs, so one plan serves both, with each kind's first LUN number (tgt keep
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import re
 from dataclasses import dataclass
 
 from pytest_fabricqa.lab import IQN_RE, LabModel, TargetModel
 from pytest_fabricqa.protocols import protocol as protocol_spec
-from pytest_fabricqa.targets.base import Export, ExportedUnit, ProvisionError, target_index
+from pytest_fabricqa.targets.base import Export, ExportedUnit, ProvisionError, portal_name, target_index
 from pytest_fabricqa.transport.base import Host
 
 # SCST's vdisk keeps at most 20 characters of a unit serial (MAX_USN_LEN in scst_vdisk.c); tgt shows 36. One
@@ -57,11 +56,7 @@ class ScsiPlan:
     @property
     def portal(self) -> str:
         """ADDR:PORT, or [ADDR]:PORT for IPv6."""
-        try:
-            v6 = ipaddress.ip_address(self.address).version == 6
-        except ValueError:
-            v6 = False
-        return f"[{self.address}]:{self.port}" if v6 else f"{self.address}:{self.port}"
+        return portal_name(self.address, self.port)
 
     def export(self, protocol: str, target_host: str) -> Export:
         """What initiators connect to."""
