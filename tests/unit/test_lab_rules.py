@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from labfiles import vlab_kernel_text
 
 from pytest_fabricqa.lab import LabError, LabModel, load_lab
 from pytest_fabricqa.lab_rules import lab_problems
 
 ROOT = Path(__file__).parents[2]
-VLAB = (ROOT / "labs" / "vlab.yaml").read_text()
+VLAB = vlab_kernel_text()
 RAC3 = (ROOT / "labs" / "rac3.yaml").read_text()
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from fakes import ScriptedHost
+from labfiles import vlab_kernel_text
 
 from pytest_fabricqa.lab import load_lab
 from pytest_fabricqa.provision import FabricDevice, ProvisionError, _one_line
@@ -37,7 +38,7 @@ def test_every_lab_target_kind_is_registered_and_unimplemented_ones_say_so(tmp_p
     lab = load_lab(LABS / "rac3.yaml")
     assert type(load_target(lab, lab.target_for("iser"), {"el72h3": object()})).__name__ == "ScstTarget"  # type: ignore[dict-item]
     for kind in [k for k, v in REGISTRY.items() if v.driver is None]:
-        text = (LABS / "vlab.yaml").read_text().replace("  - kind: nvmet\n", f"  - kind: {kind}\n")
+        text = vlab_kernel_text().replace("  - kind: nvmet\n", f"  - kind: {kind}\n")
         (tmp_path / "lab.yaml").write_text(text)
         lab = load_lab(tmp_path / "lab.yaml")
         with pytest.raises(ProvisionError) as info:
@@ -55,10 +56,8 @@ def test_registry_loads_each_driver_lazily() -> None:
 
 
 def test_external_target_describes_without_provisioning(tmp_path: Path) -> None:
-    text = (
-        (LABS / "vlab.yaml")
-        .read_text()
-        .replace("  - kind: lio\n    host: vstor\n", "  - kind: external\n    address: 10.10.10.50\n")
+    text = vlab_kernel_text().replace(
+        "  - kind: lio\n    host: vstor\n", "  - kind: external\n    address: 10.10.10.50\n"
     )
     (tmp_path / "lab.yaml").write_text(text)
     lab = load_lab(tmp_path / "lab.yaml")

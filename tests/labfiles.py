@@ -1,0 +1,23 @@
+"""labs/vlab.yaml as the unit tests edit it.
+
+The virtual lab declares five targets on vstor: the kernel's nvmet and LIO first, then SPDK, SCST and tgt serving
+the same NQNs and IQN. A test that turns one kernel target into another kind by editing the text (``  - kind:
+lio`` -> ``  - kind: scst``) starts from :func:`vlab_kernel_text`, where the lab's own SPDK, SCST and tgt entries
+are cut, so the edited target does not collide with one of them by name. tests/conftest.py puts this folder on
+``sys.path``: ``from labfiles import vlab_kernel_text``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+VLAB_FILE = Path(__file__).resolve().parents[1] / "labs" / "vlab.yaml"
+MORE_TARGETS = "  # More targets of vstor"
+
+
+def vlab_kernel_text() -> str:
+    """labs/vlab.yaml's text with only its kernel targets (targets[0] nvmet, targets[1] LIO); every line before
+    the cut keeps its number."""
+    text = VLAB_FILE.read_text()
+    start, end = text.index(MORE_TARGETS), text.index("\nvlab:\n")
+    return text[:start] + text[end:]
