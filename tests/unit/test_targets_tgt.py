@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from fakes import Answer, ScriptedHost
+from labfiles import vlab_kernel_text
 
 from pytest_fabricqa.lab import LabModel, load_lab
 from pytest_fabricqa.targets import load_target
@@ -204,7 +205,7 @@ class FakeTgtd(ScriptedHost):
 
 def _lab(tmp_path: Path, tgt: str = "", acls: bool = True) -> LabModel:
     """labs/vlab.yaml with its LIO target made a tgt target (and ``tgt`` settings)."""
-    text = (LABS / "vlab.yaml").read_text().replace("  - kind: lio\n", "  - kind: tgt\n")
+    text = vlab_kernel_text().replace("  - kind: lio\n", "  - kind: tgt\n")
     if tgt:
         text = text.replace("      luns: [ram0, nvme0]\n", f"      luns: [ram0, nvme0]\n    tgt: {tgt}\n")
     if not acls:
@@ -417,6 +418,34 @@ def test_iser_creates_the_target_with_the_iser_driver(tmp_path: Path) -> None:
     assert [t["driver"] for t in host.targets.values()] == ["iser"]
 
 
+def test_iser_admits_each_initiator_by_name_and_by_its_storage_address(tmp_path: Path) -> None:
+    """tgt's iSER login before 1.0.95 wants an address rule AND a name rule (a name rule alone answered "target not
+    found" on vstor; iSCSI over TCP takes either): the initiators' names and storage addresses, never ALL."""
+    host = FakeTgtd()
+    _target(_lab(tmp_path), host).provision("iser", UndoStack())
+    (target,) = host.targets.values()
+    assert target["acls"] == [
+        "iqn.2026-11.io.fabricqa:vnode1", "iqn.2026-11.io.fabricqa:vnode2", "10.10.10.17", "10.10.10.18",
+    ]  # fmt: skip
+    tcp = FakeTgtd()
+    _target(_lab(tmp_path), tcp).provision("iscsi", UndoStack())
+    assert next(iter(tcp.targets.values()))["acls"] == [
+        "iqn.2026-11.io.fabricqa:vnode1",
+        "iqn.2026-11.io.fabricqa:vnode2",
+    ]
+
+
+def test_iser_without_initiator_names_is_one_line_before_anything_is_made(tmp_path: Path) -> None:
+    host = FakeTgtd()
+    undo = UndoStack()
+    with pytest.raises(ProvisionError) as info:
+        _target(_lab(tmp_path, acls=False), host).provision("iser", undo)
+    assert str(info.value).startswith("vstor: tgt's iSER login (before tgt 1.0.95) admits only initiators named")
+    assert "hosts.NAME.initiator_iqn" in str(info.value) and "\n" not in str(info.value)
+    assert undo.unwind() == [] and host.targets == {}
+    assert not [c for c in host.commands if c[0] in ("tgtd", "tgtadm")]  # nothing asked of tgt at all
+
+
 def test_start_mode_starts_tgtd_on_the_portal_and_stops_it_after(tmp_path: Path) -> None:
     lab = _lab(tmp_path, tgt="{daemon: start, control_port: 5}")
     host = FakeTgtd(running=False)
@@ -463,11 +492,7 @@ def test_tgt_settings_are_validated_with_file_key_and_line(tmp_path: Path) -> No
         _lab(tmp_path, tgt="{bstype: nosuch}")
     with pytest.raises(LabError, match=r"targets\[1\].tgt.daemon: 'always' is not allowed"):
         _lab(tmp_path, tgt="{daemon: always}")
-    text = (
-        (LABS / "vlab.yaml")
-        .read_text()
-        .replace("      luns: [ram0, nvme0]\n", "      luns: [ram0, nvme0]\n    tgt: {}\n")
-    )
+    text = vlab_kernel_text().replace("      luns: [ram0, nvme0]\n", "      luns: [ram0, nvme0]\n    tgt: {}\n")
     (tmp_path / "lio.yaml").write_text(text)
     with pytest.raises(
         LabError, match=r"lio.yaml:\d+: targets\[1\]: 'tgt' holds settings of tgt targets; a lio target cannot take it"
@@ -491,7 +516,7 @@ def test_the_sessions_clean_up_and_leftovers_gate_cover_tgt(tmp_path: Path) -> N
     """provision.cleanup_stale (every connect) and provision.leftovers (the session's gate) reach tgt targets."""
     from pytest_fabricqa import provision
 
-    text = (LABS / "vlab.yaml").read_text().replace("  - kind: lio\n", "  - kind: tgt\n")
+    text = vlab_kernel_text().replace("  - kind: lio\n", "  - kind: tgt\n")
     text = text.replace("protocols: [nvme-tcp, nvme-rdma, iscsi, iser]", "protocols: [iscsi, iser]")
     start, end = text.index("  - kind: nvmet\n"), text.index("  - kind: tgt\n")
     (tmp_path / "lab.yaml").write_text(
