@@ -317,6 +317,9 @@ class TargetModel(_Model):
     scst: ScstSettings | None = None
     tgt: TgtSettings | None = None
     spdk: SpdkSettings | None = None
+    workloads: tuple[str, ...] | None = None
+    """The lab's workloads this target runs (default: every one the run selects): a lab that qualifies several
+    targets per protocol can run a second target on fewer points, such as seed 000's nvmet-vs-SPDK pair."""
     name_prefix: str = "fabricqa"
 
     @field_validator("kind")
@@ -397,6 +400,9 @@ class VlabGuest(_Model):
 
     memory_mb: int = Field(1024, ge=256)
     cpus: int = Field(1, ge=1, le=8)
+    hugepages_mb: int = Field(0, ge=0, le=65536)
+    """2 MiB hugepages the guest reserves at boot (hugetlbfs on /dev/hugepages), as an SPDK host's set-up does:
+    SPDK's RDMA transport cannot register memory without them."""
     drives: dict[str, VlabDrive] = {}
 
 

@@ -6,7 +6,7 @@ Without ``--lab`` the plugin does nothing: its fixtures exist but nothing parame
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -274,17 +274,28 @@ def _measure(lab: LabModel, path: Path, samples: int | None, workloads: list[Wor
         plan = measure_plan(lab.workloads or None, samples_override=samples)
     except UserError as exc:
         raise LabError(f"{path}: {exc}") from None
-    names = [w.name for w in workloads]
-    for index, name in enumerate(plan.scaling):
+    from pytest_fabricqa.workloads import selected_names
+
+    _known_workloads(path, "workloads.scaling", plan.scaling, [w.name for w in workloads], "this run selects")
+    # A target's own list may name a point that workloads.only leaves out (that target then runs none of it), but
+    # not one the lab's sets do not have at all: that is a typo.
+    matrix = selected_names(lab.workloads or None)
+    for index, target in enumerate(lab.targets):
+        _known_workloads(path, f"targets[{index}].workloads", target.workloads or (), matrix, "the lab's sets hold")
+    return plan
+
+
+def _known_workloads(path: Path, key: str, given: Sequence[str], names: list[str], which: str) -> None:
+    """Every name in ``given`` (the lab key ``key``) is one of ``names``, or one line says which is not."""
+    for index, name in enumerate(given):
         if name not in names:
             import difflib
 
             close = difflib.get_close_matches(name, names, n=3) or names[:3]
             raise LabError(
-                f"{path}: workloads.scaling[{index}]: {name!r} is not one of the workloads this run selects; "
+                f"{path}: {key}[{index}]: {name!r} is not one of the workloads {which}; "
                 f"did you mean {', '.join(close) or 'none (no workload is selected)'}?"
             )
-    return plan
 
 
 def _log(config: pytest.Config, line: str) -> None:
@@ -359,6 +370,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     # A case restricted by @pytest.mark.fabric to protocols not selected in this run is not applicable here.
     inapplicable = [i for i in items if "protocol" in getattr(i, "fixturenames", ()) and not _protocol_of(i)]
+    # A target whose lab entry narrows its workloads (targets[].workloads) runs only those points.
+    inapplicable += [i for i in items if i not in inapplicable and not _target_runs_workload(lab, i)]
     if inapplicable:
         config.hook.pytest_deselected(items=inapplicable)
         items[:] = [i for i in items if i not in inapplicable]
@@ -433,6 +446,18 @@ def _protocol_of(item: pytest.Item) -> str | None:
 def _pair_of(item: pytest.Item) -> tuple[str, str] | None:
     protocol, target = _protocol_of(item), _target_of(item)
     return (protocol, target) if protocol is not None and target is not None else None
+
+
+def _target_runs_workload(lab: LabModel, item: pytest.Item) -> bool:
+    """False for a case of a workload its target's ``workloads`` list leaves out."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return True
+    workload = callspec.params.get("workload", callspec.params.get("scaling_workload"))
+    target = next((t for t in lab.targets if t.name == callspec.params.get("target_name")), None)
+    if workload is None or target is None or target.workloads is None:
+        return True
+    return workload.name in target.workloads
 
 
 def _target_of(item: pytest.Item) -> str | None:

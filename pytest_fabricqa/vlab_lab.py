@@ -41,6 +41,7 @@ def spec_from_lab(lab: LabModel) -> VlabSpec:
                 storage_mtu=lab.network.mtu,
                 memory_mb=settings.memory_mb,
                 cpus=settings.cpus,
+                hugepages_mb=settings.hugepages_mb,
                 drives=tuple(Drive(id=d, size_mb=drv.size_mb, kind=drv.kind) for d, drv in settings.drives.items()),
             )
         )

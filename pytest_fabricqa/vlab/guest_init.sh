@@ -67,6 +67,20 @@ ip addr add "$FQ_STORAGE_ADDRESS" dev eth1 || say "step=storage-link FAILED: add
 ip link set eth1 up
 say "step=network ok eth1=$FQ_STORAGE_ADDRESS mtu=$FQ_STORAGE_MTU"
 
+# SPDK takes its memory from 2 MiB hugepages (its RDMA transport registers no memory without them), as an SPDK
+# host's scripts/setup.sh reserves them.
+if [ "${FQ_HUGEPAGES_MB:-0}" -gt 0 ]; then
+    echo $((FQ_HUGEPAGES_MB / 2)) > /proc/sys/vm/nr_hugepages
+    mkdir -p /dev/hugepages
+    mount -t hugetlbfs -o pagesize=2M nodev /dev/hugepages
+    got=$(awk '/^HugePages_Total:/ {print $2}' /proc/meminfo)
+    if [ "$got" -eq $((FQ_HUGEPAGES_MB / 2)) ] && mountpoint -q /dev/hugepages; then
+        say "step=hugepages ok pages=$got"
+    else
+        say "step=hugepages FAILED: $got of $((FQ_HUGEPAGES_MB / 2)) 2 MiB pages, or no hugetlbfs on /dev/hugepages"
+    fi
+fi
+
 if rdma link add rxe0 type rxe netdev eth1; then
     say "step=rxe ok"
 else

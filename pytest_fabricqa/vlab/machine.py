@@ -88,6 +88,7 @@ INIT_STEPS = {
     "modules": "kernel modules",
     "network": "storage link",
     "storage-link": "storage link",
+    "hugepages": "hugepages",
     "rxe": "rxe",
     "iscsid": "iscsid",
     "sshd": "SSH ready",
@@ -223,6 +224,7 @@ def guest_env(spec: VlabSpec, guest: Guest, index: int) -> str:
         "FQ_STORAGE_MAC": storage_mac,
         "FQ_STORAGE_ADDRESS": guest.storage_address,
         "FQ_STORAGE_MTU": str(guest.storage_mtu),
+        "FQ_HUGEPAGES_MB": str(guest.hugepages_mb),
     }
     return "".join(f"{k}={shlex.quote(v)}\n" for k, v in values.items())
 

@@ -51,6 +51,7 @@ class Guest:
     memory_mb: int = DEFAULT_MEMORY_MB
     cpus: int = DEFAULT_CPUS
     drives: tuple[Drive, ...] = ()
+    hugepages_mb: int = 0  # 2 MiB hugepages reserved at boot (SPDK's memory), in MiB
 
     @property
     def storage_ip(self) -> str:
@@ -120,6 +121,11 @@ def validate(spec: VlabSpec) -> None:
             raise SpecError(f"{where}.memory_mb: {guest.memory_mb} must be 256..16384")
         if not 1 <= guest.cpus <= 8:
             raise SpecError(f"{where}.cpus: {guest.cpus} must be 1..8")
+        if guest.hugepages_mb % 2 or not 0 <= guest.hugepages_mb <= guest.memory_mb // 2:
+            raise SpecError(
+                f"{where}.hugepages_mb: {guest.hugepages_mb} must be an even number of MiB (2 MiB pages), at most "
+                f"half of memory_mb ({guest.memory_mb})"
+            )
         drive_ids: set[str] = set()
         for j, drive in enumerate(guest.drives):
             dwhere = f"{where}.drives[{j}]"
@@ -163,7 +169,7 @@ def spec_differences(running: VlabSpec, wanted: VlabSpec) -> list[str]:
     found += [f"guest {name} is wanted but not running" for name in want if name not in ran]
     for name in (n for n in want if n in ran):
         old, new = ran[name], want[name]
-        for key in ("ssh_port", "storage_address", "storage_mtu", "memory_mb", "cpus"):
+        for key in ("ssh_port", "storage_address", "storage_mtu", "memory_mb", "cpus", "hugepages_mb"):
             if getattr(old, key) != getattr(new, key):
                 found.append(f"{name}.{key}: running {getattr(old, key)}, wanted {getattr(new, key)}")
         old_drives, new_drives = _drive_layout(old), _drive_layout(new)

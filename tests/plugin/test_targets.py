@@ -211,3 +211,37 @@ def test_results_json_and_junit_carry_the_target_of_each_case(pytester: pytest.P
         for p in tc.iter("property")
     ]
     assert fast.count("target") == 1  # the parameter's and the recorded case's, once
+
+
+POINTS = """
+def test_point(protocol, target_name, workload):
+    pass
+"""
+
+
+def test_a_targets_workloads_narrow_its_points_and_a_name_the_sets_lack_is_one_line(pytester: pytest.Pytester) -> None:
+    """targets[].workloads: the second target of a protocol runs only the points it names (seed 000's pair)."""
+    text = (
+        TWO_TARGETS.replace("  - name: fast\n", "  - name: fast\n    workloads: [randread-8k-qd128-j4]\n")
+        + "workloads: {sets: [oracle-8k], only: [randread-8k-qd128-j4, randwrite-8k-qd128-j4]}\n"
+    )
+    lab = _two(pytester, text)
+    pytester.makepyfile(test_points=POINTS)
+    result = pytester.runpytest(f"--lab={lab}", "--protocol=nvme-tcp", "--collect-only", "-q", "test_points.py")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    ids = sorted(line.split("::")[1] for line in result.stdout.lines if "::" in line)
+    assert ids == [
+        "test_point[nvme-tcp-fast-randread-8k-qd128-j4]",
+        "test_point[nvme-tcp-nvmet-randread-8k-qd128-j4]",
+        "test_point[nvme-tcp-nvmet-randwrite-8k-qd128-j4]",
+    ]
+    result.stdout.fnmatch_lines(["*3/4 tests collected (1 deselected)*"])
+
+    bad = _two(pytester, text.replace("workloads: [randread-8k-qd128-j4]", "workloads: [randread-8k-qd182-j4]"))
+    result = pytester.runpytest_subprocess(f"--lab={bad}", "--collect-only", "-q", "test_points.py")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: *two.yaml: targets[[]1[]].workloads[[]0[]]: 'randread-8k-qd182-j4' is not one of the workloads the "
+         "lab's sets hold; did you mean randread-8k-qd128-j4*"]
+    )  # fmt: skip
+    assert len([line for line in result.stderr.lines if line.strip()]) == 1
