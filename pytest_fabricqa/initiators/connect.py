@@ -275,10 +275,11 @@ def initiator_objects(
     array's address): only what belongs to the targets there, for the clean-up before connecting one of them.
     Under xdist a fabric of another target host may be live in another worker on this very initiator, and its
     controllers, sessions, records and iface look exactly like a killed run's. A name that a target elsewhere
-    also uses (an NQN from a saved nvmet config, which the lab rules cannot read, or an iface name, or any name in
-    a lab built in code without the rules) is left alone too, since it may be that live fabric's: removing a
-    killed run's object late is harmless, ending someone's I/O is not. The leftovers gate still names it, and
-    connect's "already connected, not by this run" guard stops a connect to it with the command that removes it.
+    also uses is left alone too, since it may be that live fabric's: removing a killed run's object late is
+    harmless, ending someone's I/O is not. (The lab rules refuse NQNs, IQNs and iface names shared across hosts,
+    but not the NQNs of a saved nvmet config, which they do not read, nor in a lab built in code.) The leftovers
+    gate still names such an object, and connect's "already connected, not by this run" guard stops a connect to
+    it with the command that removes it.
     """
     if target_host is None:
         nqns, iqns, ifaces = _nqns(lab.targets), _iqns(lab.targets), _ifaces(lab.targets)

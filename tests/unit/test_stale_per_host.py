@@ -31,8 +31,8 @@ PORTAL_A, PORTAL_B = "10.10.10.19:3260", "10.10.10.20:3260"
 
 def two_target_hosts(*, shared: bool = False) -> LabModel:
     """vlab.yaml plus vstor2 running an nvmet and a LIO target of its own. ``shared``: vstor2's nvmet also serves
-    NQN_A and its LIO keeps the default name_prefix (so its iface names are vstor's); the lab rules refuse the
-    NQN, a lab built in code does not go through them."""
+    NQN_A and its LIO keeps the default name_prefix (so its iface names are vstor's); the lab rules refuse
+    both, a lab built in code does not go through them (and a saved nvmet config's NQNs they do not read)."""
     data: dict[str, Any] = yaml.safe_load((LABS / "vlab.yaml").read_text())
     data.pop("vlab")  # a lab of real hosts: no guests to describe
     data["hosts"]["vstor2"] = {
@@ -102,8 +102,12 @@ class Initiator(ScriptedHost):
         return None
 
 
-def test_the_lab_of_two_target_hosts_is_a_valid_lab() -> None:
+def test_the_lab_of_two_target_hosts_is_a_valid_lab_and_sharing_names_across_them_is_not() -> None:
     assert list(lab_problems(two_target_hosts())) == []
+    assert [key for key, _ in lab_problems(two_target_hosts(shared=True))] == [
+        ("targets", "2", "nvme", "subsystems", "1", "nqn"),
+        ("targets", "3", "name_prefix"),
+    ]
 
 
 def test_cleaning_for_one_target_host_leaves_the_other_hosts_controllers_sessions_records_and_ifaces() -> None:
