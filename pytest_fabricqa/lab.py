@@ -339,6 +339,13 @@ class TargetModel(_Model):
         return value
 
     @property
+    def place(self) -> str:
+        """Where the target runs: its host, else an external array's address. The plugin keeps one fabric live per
+        place (its targets share devices and portals), and under xdist each place's cases run in one worker, so
+        fabrics of two places may be live at the same time on the same initiators."""
+        return self.host or self.address or ""
+
+    @property
     def reactor_cores(self) -> str:
         """The cores an SPDK target's reactors poll on: the core mask the plugin starts ``nvmf_tgt`` with (the
         lab's ``spdk.core_mask``, else SPDK's default); empty for other kinds and for an app the plugin attaches

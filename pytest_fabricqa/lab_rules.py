@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+from pytest_fabricqa.initiators.connect import iface_name
 from pytest_fabricqa.lab import NQN_RE, LabError, LabModel
 from pytest_fabricqa.targets import REGISTRY, kinds_serving
 
@@ -124,6 +125,22 @@ def _name_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
         )
     for key, iqn in _repeats(iqns, _place(lab)):
         yield key, f"target IQN {iqn!r} is used by two targets; give each target its own IQN"
+    # Initiators log in through one open-iscsi iface per name_prefix and transport. Targets of one host take turns
+    # on it; iSCSI targets of two hosts may be live at once, and the first of their fabrics torn down would delete
+    # the iface the other one's sessions and node records are bound to.
+    ifaces = [
+        (("targets", str(i), "name_prefix"), iface_name(target, "tcp"))
+        for i, target in enumerate(lab.targets)
+        if target.iscsi is not None
+    ]
+    for key, iface in _repeats(ifaces, _place(lab), across_only=True):
+        prefix = lab.targets[int(key[1])].name_prefix
+        yield (
+            key,
+            f"{prefix!r} is also the name_prefix of an iSCSI target on another host; the initiators would share "
+            f"the open-iscsi iface {iface} between two fabrics that may be live at once (-n with --dist loadgroup), "
+            "give this target its own name_prefix",
+        )
     host_nqns = [(("hosts", name, "host_nqn"), h.host_nqn) for name, h in lab.hosts.items() if h.host_nqn]
     host_iqns = [
         (("hosts", name, "initiator_iqn"), h.initiator_iqn) for name, h in lab.hosts.items() if h.initiator_iqn
@@ -236,7 +253,7 @@ def _place(lab: LabModel) -> Callable[[Key], str]:
 
     def place(key: Key) -> str:
         target = lab.targets[int(key[1])]
-        return target.host or target.address or ""
+        return target.place
 
     return place
 

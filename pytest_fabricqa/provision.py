@@ -192,7 +192,7 @@ def connect_fabric(lab: LabModel, protocol: str, hosts: Mapping[str, Host], *, t
         if name not in hosts:
             raise ProvisionError(name, "no transport for this lab host", "pass every lab host in `hosts`")
     driver = load_target(lab, model, hosts)
-    live_key = model.host or model.address or lab.name
+    live_key = model.place or lab.name
     what = f"{protocol} fabric of target {model.name}"
     with _LIVE_LOCK:
         if live_key in _LIVE:
@@ -296,15 +296,19 @@ def _target_drivers(lab: LabModel, hosts: Mapping[str, Host], target_host: str |
 def cleanup_stale(lab: LabModel, hosts: Mapping[str, Host], *, target_host: str | None = None) -> list[str]:
     """Remove what a killed earlier run left (only objects carrying our mark); return what was removed.
 
-    Initiators first (controllers, sessions, node records, our iface), then every target of the lab (with
-    ``target_host``, only the targets on that host: every target there, since they take turns on it).
+    Initiators first (controllers, sessions, node records, our iface), then every target of the lab. With
+    ``target_host`` (what :func:`connect_fabric` is about to connect: a target's ``place``), only what belongs to
+    the targets there, on both sides: every target of that host, since they take turns on it, and on the
+    initiators only their NQNs, IQNs and iface names, never one that a target elsewhere also uses -- under xdist
+    another worker's fabric of another target host may be live on the same initiators
+    (:func:`~pytest_fabricqa.initiators.connect.initiator_objects` says why shared names stay).
     """
     removed: list[str] = []
     initiators = [hosts[n] for n in lab.hosts_with("initiator") if n in hosts]
 
     def clean(host: Host) -> list[str]:
         done = []
-        for sentence, action in initiator_objects(lab, host):
+        for sentence, action in initiator_objects(lab, host, target_host=target_host):
             action()
             done.append(
                 sentence.replace(" still connected", " disconnected")

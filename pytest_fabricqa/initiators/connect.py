@@ -10,7 +10,7 @@ start and the leftovers gate at the end.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 
@@ -241,9 +241,9 @@ def connect_iscsi(lab: LabModel, model: TargetModel, export: Export, host: Host,
 # -- what this plugin left on an initiator ----------------------------------------------------------------------
 
 
-def _lab_nqns(lab: LabModel) -> set[str]:
+def _nqns(targets: Iterable[TargetModel]) -> set[str]:
     nqns = set()
-    for target in lab.targets:
+    for target in targets:
         if target.nvme is None:
             continue
         nqns |= {s.nqn for s in target.nvme.subsystems}
@@ -255,14 +255,41 @@ def _lab_nqns(lab: LabModel) -> set[str]:
     return nqns
 
 
-def _lab_iqns(lab: LabModel) -> dict[str, TargetModel]:
-    return {t.iscsi.iqn: t for t in lab.targets if t.iscsi is not None}
+def _iqns(targets: Iterable[TargetModel]) -> set[str]:
+    return {t.iscsi.iqn for t in targets if t.iscsi is not None}
 
 
-def initiator_objects(lab: LabModel, host: Host) -> list[tuple[str, Callable[[], None]]]:
-    """What this plugin may have left on one initiator: (sentence, undo action)."""
+def _ifaces(targets: Iterable[TargetModel]) -> set[str]:
+    return {iface_name(t, transport) for t in targets if t.iscsi is not None for transport in ("tcp", "iser")}
+
+
+def initiator_objects(
+    lab: LabModel, host: Host, *, target_host: str | None = None
+) -> list[tuple[str, Callable[[], None]]]:
+    """What this plugin may have left on one initiator: (sentence, undo action).
+
+    Without ``target_host``: what any target of the lab may have left (NVMe controllers to its NQNs, iSCSI
+    sessions and node records of its IQNs, our iface records): the session-end leftovers gate.
+
+    With ``target_host`` (a target's :attr:`~pytest_fabricqa.lab.TargetModel.place`: its host, or an external
+    array's address): only what belongs to the targets there, for the clean-up before connecting one of them.
+    Under xdist a fabric of another target host may be live in another worker on this very initiator, and its
+    controllers, sessions, records and iface look exactly like a killed run's. A name that a target elsewhere
+    also uses is left alone too, since it may be that live fabric's: removing a killed run's object late is
+    harmless, ending someone's I/O is not. (The lab rules refuse NQNs, IQNs and iface names shared across hosts,
+    but not the NQNs of a saved nvmet config, which they do not read, nor in a lab built in code.) The leftovers
+    gate still names such an object, and connect's "already connected, not by this run" guard stops a connect to
+    it with the command that removes it.
+    """
+    if target_host is None:
+        nqns, iqns, ifaces = _nqns(lab.targets), _iqns(lab.targets), _ifaces(lab.targets)
+    else:
+        here = [t for t in lab.targets if t.place == target_host]
+        elsewhere = [t for t in lab.targets if t.place != target_host]
+        nqns = _nqns(here) - _nqns(elsewhere)
+        iqns = _iqns(here) - _iqns(elsewhere)
+        ifaces = _ifaces(here) - _ifaces(elsewhere)
     found: list[tuple[str, Callable[[], None]]] = []
-    nqns = _lab_nqns(lab)
     if nqns:
         listing = host.run(["sh", "-c", nvme.SYSFS_SCRIPT], check=False)
         controllers, _ = nvme.parse_sysfs(listing.stdout)
@@ -274,8 +301,7 @@ def initiator_objects(lab: LabModel, host: Host) -> list[tuple[str, Callable[[],
                     partial(nvme.disconnect, host, nqn),
                 )
             )
-    iqns = _lab_iqns(lab)
-    if iqns and host.run(["sh", "-c", "command -v iscsiadm"], check=False).ok:
+    if (iqns or ifaces) and host.run(["sh", "-c", "command -v iscsiadm"], check=False).ok:
         for session in iscsi.sessions(host):
             if session.iqn in iqns:
                 found.append(
@@ -292,7 +318,7 @@ def initiator_objects(lab: LabModel, host: Host) -> list[tuple[str, Callable[[],
                         partial(iscsi.delete_node, host, record.iqn, record.portal),
                     )
                 )
-        for iface in sorted({iface_name(t, tr) for t in iqns.values() for tr in ("tcp", "iser")}):
+        for iface in sorted(ifaces):
             if iscsi.iface_exists(host, iface):
                 found.append(
                     (f"{host.name}: open-iscsi iface {iface} still there", partial(iscsi.delete_iface, host, iface))

@@ -76,6 +76,17 @@ CASES = {
         ),
         r"targets\[2\]\.iscsi\.iqn: target IQN 'iqn.2026-11.io.fabricqa:vstor' is used by two targets",
     ),
+    "same-iface-on-two-hosts": (
+        _swap(
+            VLAB,
+            "\nvlab:\n",
+            "  - kind: external\n    address: 10.10.10.50\n    protocols: [iscsi]\n"
+            "    iscsi: {iqn: 'iqn.2026-11.io.fabricqa:array', luns: [a]}\n\nvlab:\n",
+        ),
+        r"targets\[2\]\.name_prefix: 'fabricqa' is also the name_prefix of an iSCSI target on another host; the "
+        r"initiators would share the open-iscsi iface fabricqa_tcp between two fabrics that may be live at once "
+        r"\(-n with --dist loadgroup\), give this target its own name_prefix$",
+    ),
     "same-host-nqn": (
         _swap(VLAB, "host_nqn: nqn.2026-11.io.fabricqa:vnode2", "host_nqn: nqn.2026-11.io.fabricqa:vnode1"),
         r"hosts\.vnode2\.host_nqn: host_nqn 'nqn.2026-11.io.fabricqa:vnode1' is used by two hosts",
