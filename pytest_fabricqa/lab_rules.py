@@ -224,6 +224,14 @@ def _database_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
             ("database", "lib_dir"),
             "lib_dir only applies to python-oracledb thick mode; set driver_mode: thick or remove lib_dir",
         )
+    if database.misscount < 1:
+        yield ("database", "misscount"), f"CSS misscount is whole seconds above zero, not {database.misscount}"
+    elif database.disktimeout <= database.misscount:
+        yield (
+            ("database", "disktimeout"),
+            f"CSS disktimeout ({database.disktimeout} s) must be above misscount ({database.misscount} s); "
+            "give the values crsctl get css disktimeout / misscount print",
+        )
     for key, value in _repeats([(("database", "disk_paths", str(n)), p) for n, p in enumerate(database.disk_paths)]):
         yield key, f"{value!r} is listed twice; list each disk path once"
     for key, value in _repeats(

@@ -34,10 +34,13 @@ class Metric:
     """The lab file's limit on it (``thresholds: ... {max_p99_us: 2000}``); None when it cannot be limited."""
     default_tolerance_pct: float | None = None
     """Percent it may move in its bad direction against a baseline before the case fails; None: not gated."""
-    gate: Literal["figure", "spread", "scaling"] = "figure"
+    gate: Literal["figure", "spread", "scaling", "failover"] = "figure"
     """Who checks its threshold: ``figure``, the per-case limit check (:func:`thresholds.violations`);
     ``spread``, the samples check over every spread figure (:func:`spread.rsd_violations`); ``scaling``, the
-    scaling run per step (:func:`scaling.efficiency_violations`)."""
+    scaling run per step (:func:`scaling.efficiency_violations`); ``failover``, the per-host check of a fault
+    case (:func:`failover.failover_violations`)."""
+    zero_limit: bool = False
+    """True when 0 is a limit that makes sense: a count of events (``max_io_errors: 0`` allows none)."""
 
     @property
     def tolerance_key(self) -> str:
@@ -110,6 +113,70 @@ _ALL: tuple[Metric, ...] = (
         decimals=2,
         threshold_key="min_scaling_efficiency",
         gate="scaling",
+    ),
+    # Path failover (issue 13), per host and fault, from fio's IOPS log at log_avg_msec 100 (failover.py).
+    Metric(
+        "stall_s",
+        "longest stall (s)",
+        "s",
+        False,
+        False,
+        phrase="longest stall ",
+        threshold_key="max_stall_s",
+        gate="failover",
+    ),
+    Metric(
+        "first_io_s",
+        "first I/O after fault (s)",
+        "s",
+        False,
+        False,
+        phrase="first I/O after the fault at ",
+        threshold_key="max_first_io_s",
+        gate="failover",
+    ),
+    Metric(
+        "recovery_s",
+        "recovery to 90% (s)",
+        "s",
+        False,
+        False,
+        phrase="recovery to 90% of the pre-fault throughput at ",
+        threshold_key="max_recovery_s",
+        gate="failover",
+    ),
+    Metric(
+        "io_errors",
+        "I/O errors",
+        "I/O errors",
+        False,
+        False,
+        decimals=0,
+        threshold_key="max_io_errors",
+        gate="failover",
+        zero_limit=True,
+    ),
+    Metric(
+        "verify_errors",
+        "verify errors",
+        "verify errors",
+        False,
+        False,
+        decimals=0,
+        threshold_key="max_verify_errors",
+        gate="failover",
+        zero_limit=True,
+    ),
+    # The Windows HLK multiport rule: with every path up, the slowest path at most 10% below the fastest.
+    Metric(
+        "path_imbalance_pct",
+        "path imbalance (%)",
+        "%",
+        False,
+        False,
+        phrase="path imbalance ",
+        threshold_key="max_path_imbalance_pct",
+        gate="failover",
     ),
 )
 

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from pytest_fabricqa.errors import UserError
 from pytest_fabricqa.metrics import THRESHOLD_KEYS
@@ -65,15 +65,25 @@ class Thresholds(BaseModel):
     max_p999_us: float | None = None
     max_rsd_pct: float | None = None
     min_scaling_efficiency: float | None = None
+    max_stall_s: float | None = None
+    max_first_io_s: float | None = None
+    max_recovery_s: float | None = None
+    max_io_errors: float | None = None
+    max_verify_errors: float | None = None
+    max_path_imbalance_pct: float | None = None
 
     @field_validator("*", mode="before")
     @classmethod
-    def _positive_number(cls, value: Any) -> Any:
+    def _positive_number(cls, value: Any, info: ValidationInfo) -> Any:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             raise ValueError(f"expected a number, not {value!r}")
-        if value <= 0:
+        metric = THRESHOLD_KEYS.get(info.field_name or "")
+        if metric is not None and metric.zero_limit:
+            if value < 0:
+                raise ValueError(f"a limit on a count must be zero or more, not {value!r}")
+        elif value <= 0:
             raise ValueError(f"a limit must be above zero, not {value!r}")
         return float(value)
 
@@ -112,16 +122,19 @@ def _number(value: float, decimals: int) -> str:
     return text[:-2] if decimals == 1 and text.endswith(".0") else text
 
 
-def violations(figures: Mapping[str, float], thresholds: Thresholds, *, label: str = "") -> list[str]:
+def violations(
+    figures: Mapping[str, float], thresholds: Thresholds, *, label: str = "", gate: str = "figure"
+) -> list[str]:
     """Every limit ``figures`` break, each as one sentence with the figure, the limit and the unit:
     ``randread-8k: 2,310 IOPS is below the minimum of 3,000 IOPS``. A limit whose figure is absent
-    (not measured) is a violation too: a case cannot pass a check nobody could make."""
+    (not measured) is a violation too: a case cannot pass a check nobody could make. Only the limits of
+    metrics checked by ``gate`` (:attr:`Metric.gate`) are looked at."""
     prefix = f"{label}: " if label else ""
     found: list[str] = []
     for key, metric in THRESHOLD_KEYS.items():
         limit = getattr(thresholds, key)
-        if limit is None or metric.gate != "figure":
-            continue  # spread and scaling limits are checked by their own runs (see Metric.gate)
+        if limit is None or metric.gate != gate:
+            continue  # other gates' limits are checked by their own runs (see Metric.gate)
         figure, kind, what, unit, decimals = metric.name, metric.bound, metric.phrase, metric.unit, metric.decimals
         bound = "minimum" if kind == "min" else "maximum"
         value = figures.get(figure)

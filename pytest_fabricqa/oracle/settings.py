@@ -27,6 +27,9 @@ Proposed lab-file section (the lab model validates it and builds these dataclass
                                     # ORCL:NAME for ASMLib, AFD:NAME for the filter driver): watched in group 0
       driver_mode: thin             # or thick: through Oracle Client libraries, for databases thin mode cannot
       lib_dir: /opt/oracle/instantclient_19_25   # reach (before 12.1, 10G password verifiers); optional
+      misscount: 30                 # optional: Oracle CSS misscount and disktimeout in seconds (crsctl get css
+      disktimeout: 200              # misscount / disktimeout; 30 and 200 are Oracle's defaults): the budgets
+                                    # a path failover's I/O stall is reported against (failover.py)
       calibrate:
         num_physical_disks: 2
         max_latency_ms: 20
@@ -43,6 +46,12 @@ from typing import ClassVar, Literal
 
 DEFAULT_USER_ENV = "FABRICQA_ORACLE_USER"
 DEFAULT_PASSWORD_ENV = "FABRICQA_ORACLE_PASSWORD"
+DEFAULT_MISSCOUNT_S = 30
+"""Oracle CSS ``misscount`` by default (Linux): seconds of missed network heartbeat before a node is evicted; while
+the cluster reconfigures, a voting-disk I/O may take at most misscount less reboottime (the short disk timeout)."""
+DEFAULT_DISKTIMEOUT_S = 200
+"""Oracle CSS ``disktimeout`` by default: seconds a voting-disk I/O may take before the node is evicted (the long
+disk timeout, outside a reconfiguration)."""
 
 
 @dataclass(frozen=True)
@@ -120,3 +129,7 @@ class OracleSettings:
     disk_paths: tuple[str, ...] = ()
     driver_mode: Literal["thin", "thick"] = "thin"
     lib_dir: str | None = None
+    misscount: int = DEFAULT_MISSCOUNT_S
+    """CSS misscount of the cluster, in seconds (``crsctl get css misscount``)."""
+    disktimeout: int = DEFAULT_DISKTIMEOUT_S
+    """CSS disktimeout of the cluster, in seconds (``crsctl get css disktimeout``)."""

@@ -25,7 +25,7 @@ _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b?)\s*$", re.IGNORECA
 def format_figure(metric: str, value: float) -> str:
     """A figure as a storage engineer writes it: ``5,543`` IOPS, ``45.4`` MB/s, ``1,234`` µs, ``0.93``."""
     unit = BY_NAME[metric].unit if metric in BY_NAME else ""
-    if unit == "IOPS":
+    if unit == "IOPS" or (metric in BY_NAME and BY_NAME[metric].decimals == 0):  # IOPS and counts
         return f"{value:,.0f}"
     if metric in BY_NAME and unit == "":  # a ratio
         return f"{value:.2f}"

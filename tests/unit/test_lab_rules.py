@@ -163,6 +163,14 @@ CASES = {
         _swap(RAC3, "    host: el72h1\n    user: grid", "    host: el72h9\n    user: grid"),
         r"database\.asmcmd\.host: 'el72h9' is not under 'hosts'",
     ),
+    "misscount-zero": (
+        _swap(RAC3, "  diskgroups: [NVME]", "  diskgroups: [NVME]\n  misscount: 0"),
+        r"database\.misscount: CSS misscount is whole seconds above zero, not 0",
+    ),
+    "disktimeout-not-above-misscount": (
+        _swap(RAC3, "  diskgroups: [NVME]", "  diskgroups: [NVME]\n  misscount: 60\n  disktimeout: 60"),
+        r"database\.disktimeout: CSS disktimeout \(60 s\) must be above misscount \(60 s\)",
+    ),
     "disk-path-twice": (
         _swap(RAC3, "disk_paths: [/dev/nvme0n1, /dev/nvme1n1]", "disk_paths: [/dev/nvme1n1, /dev/nvme1n1]"),
         r"database\.disk_paths\[1\]: '/dev/nvme1n1' is listed twice",
@@ -201,6 +209,15 @@ def test_two_targets_may_serve_the_same_nqns() -> None:
         '        - {nqn: "nqn.2026-11.io.fabricqa:vlab-ram0", namespaces: [ram0]}\n'
     )
     lab = LabModel.model_validate(yaml.safe_load(_swap(VLAB, "  - kind: lio\n", spdk + "  - kind: lio\n")))
+    assert list(lab_problems(lab)) == []
+
+
+def test_css_budgets_default_to_oracles_and_load_when_given() -> None:
+    lab = LabModel.model_validate(yaml.safe_load(RAC3))
+    assert lab.database is not None and (lab.database.misscount, lab.database.disktimeout) == (30, 200)
+    text = _swap(RAC3, "  diskgroups: [NVME]", "  diskgroups: [NVME]\n  misscount: 60\n  disktimeout: 600")
+    lab = LabModel.model_validate(yaml.safe_load(text))
+    assert lab.database is not None and (lab.database.misscount, lab.database.disktimeout) == (60, 600)
     assert list(lab_problems(lab)) == []
 
 

@@ -1,0 +1,1 @@
+fio --log_avg_msec=100 --output-format=json --filename=/tmp/fqa-failover/dev.img --size=64M --ioengine=psync --direct=1 --rw=randwrite --bs=4k --rate_iops=250 --time_based --runtime=8s --write_iops_log=/tmp/fqa-failover/half-throughput --name=steady --name=paused --thinktime=4s --thinktime_blocks=1000

@@ -1,0 +1,1 @@
+fio --log_avg_msec=100 --output-format=json --name=sender --ioengine=net --hostname=127.0.0.1 --port=8799 --protocol=tcp --window_size=16k --rw=write --bs=4k --size=1G --rate_iops=500 --time_based --runtime=6s --write_iops_log=/tmp/fqa-failover/receiver-stopped --log_unix_epoch=1

@@ -1,0 +1,1 @@
+fio --log_avg_msec=100 --output-format=json --thread --name=stopped --filename=/tmp/fqa-failover/dev.img --size=64M --ioengine=psync --direct=1 --rw=randwrite --bs=4k --rate_iops=500 --time_based --runtime=6s --write_iops_log=/tmp/fqa-failover/sigstop --log_unix_epoch=1

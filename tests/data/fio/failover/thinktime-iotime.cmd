@@ -1,0 +1,1 @@
+fio --log_avg_msec=100 --output-format=json --name=paused --filename=/tmp/fqa-failover/dev.img --size=64M --ioengine=psync --direct=1 --rw=randwrite --bs=4k --rate_iops=500 --time_based --runtime=10s --thinktime=2s --thinktime_blocks=1000000 --thinktime_iotime=2s --write_iops_log=/tmp/fqa-failover/thinktime-iotime
