@@ -24,10 +24,16 @@ def load_group(lab: LabModel, protocol: str | None, target: str | None = None) -
     return f"{lab.name}-target-{model.host or model.address}"
 
 
-def runs_together(items: Sequence[T], *, phase: Callable[[T], int], key: Callable[[T], Hashable | None]) -> list[T]:
+def runs_together(
+    items: Sequence[T],
+    *,
+    phase: Callable[[T], int],
+    key: Callable[[T], Hashable | None],
+    last: Callable[[T], bool] = lambda _: False,
+) -> list[T]:
     """``items`` ordered by phase (stable), and within a phase every item of one key (a (protocol, target)
-    pair) moved up to the first item of that key, so each key's items run in one stretch; items without a key
-    keep their place relative to each other."""
+    pair) moved up to the first item of that key, so each key's items run in one stretch, the key's ``last``
+    items at the end of its stretch; items without a key keep their place relative to each other."""
     out: list[T] = []
     for current in sorted({phase(i) for i in items}):
         in_phase = [i for i in items if phase(i) == current]
@@ -41,5 +47,6 @@ def runs_together(items: Sequence[T], *, phase: Callable[[T], int], key: Callabl
             if k is None:
                 out.append(item)
             elif k in blocks:
-                out.extend(blocks.pop(k))
+                block = blocks.pop(k)
+                out.extend([i for i in block if not last(i)] + [i for i in block if last(i)])
     return out

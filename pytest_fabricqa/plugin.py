@@ -140,6 +140,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "fabric(*kinds): run the case only for protocols over these fabrics (tcp, rdma)")
     config.addinivalue_line("markers", "oracle_live: needs the live Oracle RAC the lab's database section names")
     config.addinivalue_line("markers", "fabricqa_phase(when): 'before' runs first, 'after' runs last")
+    config.addinivalue_line(
+        "markers",
+        "fabricqa_last_in_pair: runs after every other case of its (protocol, target), e.g. one that tears "
+        "the fabric down",
+    )
     config.addinivalue_line("markers", "vlab: needs the virtual lab (QEMU guests); slow")
     value = config.getoption("lab", None)
     if not value:
@@ -384,7 +389,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # fabric is provisioned once and torn down before the next pair of the same target host is provisioned.
     from pytest_fabricqa.grouping import runs_together
 
-    items[:] = runs_together(items, phase=lambda i: phase.get(_phase_of(i), 1), key=_pair_of)
+    items[:] = runs_together(
+        items,
+        phase=lambda i: phase.get(_phase_of(i), 1),
+        key=_pair_of,
+        last=lambda i: i.get_closest_marker("fabricqa_last_in_pair") is not None,
+    )
 
 
 @pytest.hookimpl(wrapper=True)
@@ -569,11 +579,22 @@ def infra(lab_host: Host) -> Any:
     return infra_host(lab_host)
 
 
+@pytest.fixture
+def fabric(fabricqa_session_fabric: Fabric) -> Fabric:
+    """The target under test provisioned and exported for ``protocol``, every initiator connected; torn down after
+    the pair's last case. A case that tore it down (``fabric.teardown()``) leaves it so; the next case of the pair
+    that asks for it gets it connected again, and none has to when that case ran last (``fabricqa_last_in_pair``).
+    """
+    if not fabricqa_session_fabric.connected:
+        fabricqa_session_fabric.reconnect()
+    return fabricqa_session_fabric
+
+
 @pytest.fixture(scope="session")
-def fabric(
+def fabricqa_session_fabric(
     lab: LabModel, lab_hosts: dict[str, Host], protocol: str, target_name: str, pytestconfig: pytest.Config
 ) -> Iterator[Fabric]:
-    """The target under test provisioned and exported for ``protocol``, every initiator connected; torn down after.
+    """The session's fabric of one (protocol, target), behind ``fabric``: provisioned once, torn down at the end.
 
     One fabric at a time: pytest finishes one (protocol, target)'s fixture before the next one starts, and the
     plugin orders the cases so that each pair's cases run together (two targets of one host never overlap).

@@ -64,6 +64,8 @@ class Fabric:
         """Queue settings per host as read back once the fabric was up (:func:`pytest_fabricqa.queues.read_queues`)."""
         self.setup_seconds = setup_seconds
         self.teardown_seconds: float | None = None
+        self.connected = True
+        """False once :meth:`teardown` ran (until :meth:`reconnect`)."""
         self.stale_removed = stale_removed
         self._undo = undo
         self._live_key = live_key
@@ -156,6 +158,7 @@ class Fabric:
         Every undo runs even when some fail; failures are raised together afterwards as one ProvisionError.
         """
         t0 = time.monotonic()
+        self.connected = False
         errors = self._undo.unwind()
         if self.teardown_seconds is None or errors:
             self.teardown_seconds = round(time.monotonic() - t0, 2)

@@ -245,3 +245,69 @@ def test_a_targets_workloads_narrow_its_points_and_a_name_the_sets_lack_is_one_l
          "lab's sets hold; did you mean randread-8k-qd128-j4*"]
     )  # fmt: skip
     assert len([line for line in result.stderr.lines if line.strip()]) == 1
+
+
+TEARDOWN_CONFTEST = """
+import pytest
+
+
+class StandIn:
+    '''Stands in for a Fabric (connected, teardown, reconnect), counting reconnects.'''
+
+    def __init__(self, pair):
+        self.pair, self.connected, self.reconnects = pair, True, 0
+
+    def teardown(self):
+        self.connected = False
+
+    def reconnect(self):
+        self.connected, self.reconnects = True, self.reconnects + 1
+
+
+@pytest.fixture(scope="session")
+def fabricqa_session_fabric(protocol, target_name):
+    return StandIn(f"{protocol}-{target_name}")
+"""
+
+TEARDOWN_CASES = """
+import pytest
+
+RAN = []
+
+
+@pytest.mark.fabricqa_last_in_pair
+def test_tear_down(fabric):
+    RAN.append(("tear", fabric.pair, fabric.reconnects))
+    fabric.teardown()
+
+
+def test_use(fabric):
+    RAN.append(("use", fabric.pair, fabric.reconnects))
+    assert fabric.connected
+
+
+def test_zz_report():
+    print("RAN", RAN)
+"""
+
+
+def test_a_case_that_tears_the_fabric_down_runs_last_in_its_pair_and_a_later_user_gets_it_back(
+    pytester: pytest.Pytester,
+) -> None:
+    lab = _two(pytester)
+    pytester.makeconftest(TEARDOWN_CONFTEST)
+    pytester.makepyfile(test_teardown=TEARDOWN_CASES)
+    result = pytester.runpytest(f"--lab={lab}", "--protocol=nvme-tcp", "-s", "test_teardown.py")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    ran = "RAN [" + next(line for line in result.stdout.lines if "RAN [" in line).split("RAN [", 1)[1]
+    # Marked last in its pair: every other case of the pair before it, and no reconnect at all.
+    assert ran == (
+        "RAN [('use', 'nvme-tcp-nvmet', 0), ('tear', 'nvme-tcp-nvmet', 0), "
+        "('use', 'nvme-tcp-fast', 0), ('tear', 'nvme-tcp-fast', 0)]"
+    )
+    # Without the mark the case runs in file order, and the next user of the pair finds it connected again.
+    pytester.makepyfile(test_teardown=TEARDOWN_CASES.replace("@pytest.mark.fabricqa_last_in_pair\n", ""))
+    result = pytester.runpytest(f"--lab={lab}", "--protocol=nvme-tcp", "--target=nvmet", "-s", "test_teardown.py")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    ran = "RAN [" + next(line for line in result.stdout.lines if "RAN [" in line).split("RAN [", 1)[1]
+    assert ran == "RAN [('tear', 'nvme-tcp-nvmet', 0), ('use', 'nvme-tcp-nvmet', 1)]"

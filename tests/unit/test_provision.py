@@ -162,6 +162,9 @@ def test_each_pairs_cases_run_in_one_stretch_and_phases_stay_in_order() -> None:
         "fio-spdk",
         "after-nvmet",
     ]
+    # A pair's tear-down case (marked last in its pair) moves to the end of that pair's stretch only.
+    ordered = runs_together(items, phase=lambda i: i[0], key=lambda i: i[1], last=lambda i: i[2] == "conn-nvmet")
+    assert [i[2] for i in ordered][:4] == ["before", "fio-nvmet", "conn-nvmet", "prereq-a"]
 
 
 def test_connect_fabric_provisions_the_named_target_one_pair_per_host_and_reads_its_queue_limits(
