@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from fakes import Answer, ScriptedHost
 
-from pytest_fabricqa import faults
+from pytest_fabricqa import faults, provision
 from pytest_fabricqa.lab import LabModel, load_lab
 from pytest_fabricqa.targets import lio, remote
 from pytest_fabricqa.targets.base import UndoStack
@@ -332,6 +332,30 @@ def test_a_fault_whose_run_still_runs_is_left_to_that_runs_undo() -> None:
     link_fault(host).inject(UndoStack())
     assert faults.restore_stale(lab(), {"vnode1": host}) == []
     assert not host.link_up and list(host.records()) == ["link:eth1"]
+
+
+def test_cleanup_stale_brings_the_link_up_before_it_cleans_the_initiator() -> None:
+    host = FaultHost(lenient=True)
+    killed_run_left_link_down(host)
+    host.commands.clear()
+    removed = provision.cleanup_stale(lab(), {"vnode1": host}, target_host="vstor")
+    assert removed[0].startswith("vnode1: restored 'vnode1 storage link eth1 down'")
+    first_clean_up = next(i for i, c in enumerate(host.commands) if c[0] in ("nvme", "iscsiadm") or "nvme" in c[-1])
+    up = next(i for i, c in enumerate(host.commands) if c[2:3] == (faults.LINK_UP,))
+    assert up < first_clean_up
+
+
+def test_leftover_faults_sees_a_record_and_the_leftovers_gate_with_it() -> None:
+    host = FaultHost(lenient=True)
+    killed_run_left_link_down(host)
+    expected = (
+        "vnode1: fault 'vnode1 storage link eth1 down' by pid 4242 on a-controller-that-was-killed is not restored "
+        f"(record in {RECORDS}; restore: ip link set dev eth1 up)"
+    )
+    assert faults.leftover_faults(lab(), {"vnode1": host}) == [expected]
+    assert expected in provision.leftovers(lab(), {"vnode1": host})
+    faults.restore_stale(lab(), {"vnode1": host})
+    assert faults.leftover_faults(lab(), {"vnode1": host}) == []
 
 
 # -- refused ---------------------------------------------------------------------------------------------------------
