@@ -18,6 +18,7 @@ from dataclasses import replace
 from functools import partial
 
 from pytest_fabricqa.fanout import each
+from pytest_fabricqa.faults import leftover_faults, restore_stale
 from pytest_fabricqa.initiators import iscsi
 from pytest_fabricqa.initiators.connect import Connected, FabricDevice, connect_one, iface_name, initiator_objects
 from pytest_fabricqa.lab import LabModel
@@ -299,14 +300,16 @@ def _target_drivers(lab: LabModel, hosts: Mapping[str, Host], target_host: str |
 def cleanup_stale(lab: LabModel, hosts: Mapping[str, Host], *, target_host: str | None = None) -> list[str]:
     """Remove what a killed earlier run left (only objects carrying our mark); return what was removed.
 
-    Initiators first (controllers, sessions, node records, our iface), then every target of the lab. With
+    First the faults a killed run left injected (:func:`~pytest_fabricqa.faults.restore_stale`: a storage link left
+    down would make every clean-up command on that path fail), then the initiators (controllers, sessions, node
+    records, our iface), then every target of the lab. With
     ``target_host`` (what :func:`connect_fabric` is about to connect: a target's ``place``), only what belongs to
     the targets there, on both sides: every target of that host, since they take turns on it, and on the
     initiators only their NQNs, IQNs and iface names, never one that a target elsewhere also uses -- under xdist
     another worker's fabric of another target host may be live on the same initiators
     (:func:`~pytest_fabricqa.initiators.connect.initiator_objects` says why shared names stay).
     """
-    removed: list[str] = []
+    removed: list[str] = restore_stale(lab, hosts, target_host=target_host)
     initiators = [hosts[n] for n in lab.hosts_with("initiator") if n in hosts]
 
     def clean(host: Host) -> list[str]:
@@ -340,11 +343,12 @@ def cleanup_stale(lab: LabModel, hosts: Mapping[str, Host], *, target_host: str 
 
 
 def leftovers(lab: LabModel, hosts: Mapping[str, Host]) -> list[str]:
-    """Objects this plugin creates (configfs entries, controllers, sessions) still present, one sentence each.
+    """Objects this plugin creates (configfs entries, controllers, sessions) and faults it injected still present,
+    one sentence each.
 
     A host that cannot be checked is reported too: an unverified host is not a clean one.
     """
-    found: list[str] = []
+    found: list[str] = leftover_faults(lab, hosts)
     initiators = [hosts[n] for n in lab.hosts_with("initiator") if n in hosts]
     results = each(initiators, lambda host: [s for s, _ in initiator_objects(lab, host)], check=False)
     for name, result in results.items():

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_fabricqa.targets.base import ProvisionError
-from pytest_fabricqa.transport.base import Host
+from pytest_fabricqa.transport.base import CommandResult, Host
 
 # argv: mode ("own" or "spdk:<python dir or empty>"), socket, timeout s, connect wait s, pid to watch ("" for none),
 # calls as JSON [[method, params or null], ...]. Prints {"responses": [...]} (stopping after the first error
@@ -154,8 +154,16 @@ class RpcClient:
         ``wait`` seconds are spent retrying the connection (while ``pid``, if given, is alive): for an app that
         is starting. Raises :class:`SpdkUnreachable` when nothing answers.
         """
+        result = self.host.run(self.argv(calls, wait=wait, pid=pid), check=False, timeout=self.timeout + wait + 30)
+        return self.responses(result)
+
+    def argv(
+        self, calls: Sequence[tuple[str, Mapping[str, Any] | None]], *, wait: float = 0.0, pid: int | None = None
+    ) -> list[str]:
+        """The command :meth:`batch` runs on the host, for a caller that wraps it (a fault times it with the
+        host's clock in the same command); read its output with :meth:`responses`."""
         payload = json.dumps([[method, dict(params) if params is not None else None] for method, params in calls])
-        argv = [
+        return [
             "python3",
             "-c",
             CLIENT_SCRIPT,
@@ -166,7 +174,9 @@ class RpcClient:
             str(pid or ""),
             payload,
         ]
-        result = self.host.run(argv, check=False, timeout=self.timeout + wait + 30)
+
+    def responses(self, result: CommandResult) -> list[dict[str, Any]]:
+        """The responses in the output of :meth:`argv`'s command; :class:`SpdkUnreachable` when nothing answered."""
         if result.exit_code == 127 or (
             result.exit_code and "python3" in result.stderr and "not found" in result.stderr
         ):

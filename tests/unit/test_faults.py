@@ -1,0 +1,449 @@
+"""Faults with a guaranteed restore (issue 13): the record and the undo come before the command that breaks a path,
+a failed inject is restored, restores are idempotent, a killed run's fault is restored at the next start from its
+record, the leftovers gate sees a record, and an object fabricqa did not make is refused before anything runs.
+
+The host is the shared scripted host with state: its storage link (answering ``ip -j addr`` with the virtual lab's
+recorded listing, tests/data/vlab/ip-addr.json), nvmet and LIO trees (the recorded snapshots in tests/data/targets),
+an SPDK app and the files under /run/fabricqa. The nvmet scripts also run for real, on a copy of the tree in a
+temporary folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes import Answer, ScriptedHost
+
+from pytest_fabricqa import faults, provision
+from pytest_fabricqa.lab import LabModel, load_lab
+from pytest_fabricqa.targets import lio, remote
+from pytest_fabricqa.targets.base import UndoStack
+from pytest_fabricqa.targets.nvmet.snapshot import SNAPSHOT_SCRIPT as NVMET_SNAPSHOT
+from pytest_fabricqa.targets.spdk.jsonrpc import CLIENT_SCRIPT
+
+LABS = Path(__file__).parents[2] / "labs"
+DATA = Path(__file__).parents[1] / "data"
+NQN = "nqn.2026-11.io.fabricqa:vlab-nvme0"
+IQN = "iqn.2026-11.io.fabricqa:vstor"
+PORTAL = "10.10.10.19:3260"
+RECORDS = "/run/fabricqa/fabricqa-faults.json"
+T_DOWN, T_UP = "1764445200.250000000", "1764445203.750000000"
+DEAD = {"controller": "a-controller-that-was-killed", "pid": 4242, "started": 1}
+
+
+def lab() -> LabModel:
+    return load_lab(LABS / "vlab.yaml")
+
+
+def eth1_listing(name: str = "eth1") -> list[dict[str, Any]]:
+    """The recorded ``ip -j addr`` of a virtual-lab guest, cut to its storage link."""
+    links = json.loads((DATA / "vlab" / "ip-addr.json").read_text())
+    return [link for link in links if link["ifname"] == name]
+
+
+class FaultHost(ScriptedHost):
+    """A lab host whose storage link, nvmet ports, LIO portals, SPDK listeners and /run/fabricqa files change as the
+    fault commands say. ``events`` lists, in order, each command that breaks or restores a path, with the fault
+    records as they were when it ran; ``fail`` names the commands (by their script) that exit non-zero."""
+
+    def __init__(self, name: str = "vnode1", *, lenient: bool = False) -> None:
+        super().__init__(name)
+        self.files: dict[str, str] = {}
+        self.link_up = True
+        self.links: dict[int, set[str]] = {1: {NQN}}  # nvmet port -> linked subsystems (port 1 as recorded)
+        self.ana = "optimized"
+        self.portals: dict[str, str] = {PORTAL: "1"}  # LIO portal -> iser
+        self.listening = True
+        self.fail: set[str] = set()
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.lenient = lenient
+        self.on_break: list[Any] = []
+
+    def records(self) -> dict[str, Any]:
+        text = self.files.get(RECORDS)
+        return json.loads(text)["faults"] if text else {}
+
+    def _event(self, what: str, script: str) -> Answer | None:
+        self.events.append((what, self.records()))
+        for hook in self.on_break if what == "break" else ():
+            hook()
+        if script in self.fail:
+            return 2, "", "RTNETLINK answers: Operation not permitted\n"
+        return None
+
+    def answer(self, argv: tuple[str, ...]) -> Answer:
+        script = argv[2] if argv[:2] == ("sh", "-c") else ""
+        if script == '[ ! -e "$1" ] || cat "$1"':
+            return self.files.get(argv[4], "")
+        if "mv -f" in script:
+            self.files[argv[5]] = argv[4]
+            return ""
+        if argv[:2] == ("rm", "-f"):
+            self.files.pop(argv[2], None)
+            return ""
+        if argv[:5] == ("ip", "-j", "addr", "show", "dev"):
+            listing = eth1_listing(argv[5])
+            if not self.link_up:
+                for link in listing:
+                    link["flags"] = [f for f in link["flags"] if f != "UP"]
+            return json.dumps(listing)
+        if script == faults.LINK_DOWN:
+            failed = self._event("break", script)
+            self.link_up = self.link_up and failed is not None
+            return failed or T_DOWN + "\n"
+        if script == faults.LINK_UP:
+            failed = self._event("restore", script)
+            self.link_up = self.link_up or failed is None
+            return failed or T_UP + "\n"
+        if script == NVMET_SNAPSHOT:
+            lines = (DATA / "targets" / "nvmet-snapshot-tcp.txt").read_text().splitlines()
+            kept = [line for line in lines if not line.startswith("PS\t")]
+            kept += [f"PS\t{port}\t{nqn}" for port, nqns in self.links.items() for nqn in sorted(nqns)]
+            return "\n".join(kept) + "\n"
+        if script == faults.NVMET_UNLINK:
+            failed = self._event("break", script)
+            if failed is None:
+                self.links[int(argv[4])] -= set(argv[5:])
+            return failed or T_DOWN + "\n"
+        if script == faults.NVMET_RELINK:
+            failed = self._event("restore", script)
+            if failed is None:
+                self.links[int(argv[4])] |= set(argv[5:])
+            return failed or T_UP + "\n"
+        if script == faults.ANA_READ:
+            return self.ana + "\n"
+        if script in (faults.ANA_WRITE, faults.ANA_RESTORE):
+            failed = self._event("break" if script == faults.ANA_WRITE else "restore", script)
+            self.ana = argv[6] if failed is None else self.ana
+            return failed or (T_DOWN if script == faults.ANA_WRITE else T_UP) + "\n"
+        if script == lio.SNAPSHOT_SCRIPT:
+            lines = (DATA / "targets" / "lio-snapshot-iser.txt").read_text().splitlines()
+            kept = [line for line in lines if not line.startswith("N\t")]
+            kept += [f"N\t{IQN}\ttpgt_1\t{p}\t{iser}" for p, iser in self.portals.items()]
+            return "\n".join(kept) + "\n"
+        if script == faults.LIO_NP_REMOVE:
+            failed = self._event("break", script)
+            if failed is None:
+                self.portals.pop(argv[6])
+            return failed or T_DOWN + "\n"
+        if script == faults.LIO_NP_RESTORE:
+            failed = self._event("restore", script)
+            if failed is None:
+                self.portals.setdefault(argv[6], argv[7])
+            return failed or T_UP + "\n"
+        if argv[:3] == ("python3", "-c", CLIENT_SCRIPT):
+            return self._rpc(argv)
+        if script == faults.TIMED and argv[4:7] == ("python3", "-c", CLIENT_SCRIPT):
+            (method, _), *_ = json.loads(argv[-1])
+            failed = self._event("break" if "remove" in method else "restore", method)
+            if failed is not None:
+                return failed
+            reply = self._rpc(argv[4:])
+            return (reply if isinstance(reply, str) else "") + "\n" + (T_DOWN if "remove" in method else T_UP) + "\n"
+        if script == faults.CLOCK:
+            return T_UP + "\n"
+        return "" if self.lenient else None
+
+    def _rpc(self, argv: tuple[str, ...]) -> Answer:
+        responses = []
+        for method, _params in json.loads(argv[-1]):
+            if method == "nvmf_get_subsystems":
+                subsystems = json.loads((DATA / "spdk" / "nvmf_get_subsystems.json").read_text())
+                if not self.listening:
+                    subsystems[1]["listen_addresses"] = []
+                responses.append({"jsonrpc": "2.0", "id": 1, "result": subsystems})
+            elif method == "nvmf_subsystem_remove_listener":
+                self.listening = False
+                responses.append({"jsonrpc": "2.0", "id": 1, "result": True})
+            elif method == "nvmf_subsystem_add_listener":
+                self.listening = True
+                responses.append({"jsonrpc": "2.0", "id": 1, "result": True})
+        return json.dumps({"responses": responses})
+
+
+def owned(host: FaultHost, kind: str, state: dict[str, Any]) -> None:
+    """The driver's state file on ``host``, as the nvmet, LIO or SPDK driver writes it when it provisions."""
+    host.files[remote.state_path("fabricqa", kind)] = json.dumps(state)
+
+
+def link_fault(host: FaultHost) -> faults.LinkDown:
+    return faults.link_down(lab(), {host.name: host}, host.name)
+
+
+# -- before the break ----------------------------------------------------------------------------------------------
+
+
+def test_the_record_is_written_before_the_link_goes_down() -> None:
+    host = FaultHost()
+    fault = link_fault(host)
+    fault.inject(UndoStack())
+    (what, records), *_ = host.events
+    assert what == "break" and list(records) == ["link:eth1"]
+    record = records["link:eth1"]
+    assert (record["what"], record["host"], record["restore"]) == (
+        "vnode1 storage link eth1 down",
+        "vnode1",
+        "ip link set dev eth1 up",
+    )
+    assert record["params"] == {"interface": "eth1", "addresses": ["10.10.10.12/24"]}
+    assert record["owner"]["pid"] == os.getpid() and record["owner"]["controller"] == socket.gethostname()
+
+
+def test_the_restore_is_on_the_callers_undo_stack_before_the_link_goes_down() -> None:
+    host = FaultHost()
+    undo = UndoStack()
+    seen: list[int] = []
+    host.on_break.append(lambda: seen.append(len(undo)))
+    link_fault(host).inject(undo)
+    assert seen == [1]
+    assert undo.unwind() == [] and host.link_up and host.records() == {}
+
+
+def test_inject_and_restore_give_the_hosts_clock_for_fios_unix_ms_logs() -> None:
+    host = FaultHost()
+    fault = link_fault(host)
+    down = fault.inject(UndoStack())
+    up = fault.restore()
+    window = faults.fault_window(fault.name, down, up)
+    assert (window.name, window.start_ms, window.end_ms) == (
+        "vnode1 storage link eth1 down",
+        1764445200250,
+        1764445203750,
+    )
+
+
+# -- restore ---------------------------------------------------------------------------------------------------------
+
+
+def test_a_failed_inject_is_still_restored_by_the_undo() -> None:
+    host = FaultHost()
+    host.fail.add(faults.LINK_DOWN)
+    undo = UndoStack()
+    with pytest.raises(faults.FaultError, match=r"^vnode1: cannot inject 'vnode1 storage link eth1 down' \(RTNETLINK"):
+        link_fault(host).inject(undo)
+    assert host.records(), "the record stays until the restore"
+    assert undo.unwind() == []
+    assert [what for what, _ in host.events] == ["break", "restore"]
+    assert host.link_up and host.records() == {}
+
+
+def test_restore_is_idempotent_and_a_failed_restore_keeps_the_record() -> None:
+    host = FaultHost()
+    fault = link_fault(host)
+    undo = UndoStack()
+    fault.inject(undo)
+    host.fail.add(faults.LINK_UP)
+    with pytest.raises(
+        faults.FaultError, match=r"^vnode1: cannot restore .*; restore it by hand \(ip link set dev eth1 up\)"
+    ):
+        fault.restore()
+    assert not host.link_up and list(host.records()) == ["link:eth1"], "the next start needs the record"
+    host.fail.clear()
+    fault.restore()
+    fault.restore()  # the link is up already: nothing to do, no error
+    assert undo.unwind() == []  # the undo restores a third time
+    assert host.link_up and host.records() == {} and RECORDS not in host.files
+
+
+def test_nvmet_port_fault_unlinks_our_subsystem_and_links_it_back() -> None:
+    host = FaultHost("vstor")
+    owned(host, "nvmet", {"kind": "nvmet", "ports": [1], "subsystems": [NQN], "hosts": []})
+    fault = faults.target_port_down(lab(), {"vstor": host}, "nvmet", "nvme-tcp")
+    undo = UndoStack()
+    fault.inject(undo)
+    assert host.links[1] == set() and list(host.events[0][1]) == ["nvmet-port:1"]
+    assert host.events[0][1]["nvmet-port:1"]["params"] == {"portid": 1, "nqns": [NQN]}
+    fault.restore()
+    assert undo.unwind() == [] and host.links[1] == {NQN} and host.records() == {}
+
+
+def test_ana_state_goes_inaccessible_and_back_to_what_it_was() -> None:
+    host = FaultHost("vstor")
+    owned(host, "nvmet", {"kind": "nvmet", "ports": [1], "subsystems": [NQN], "hosts": []})
+    fault = faults.ana_change(lab(), {"vstor": host}, "nvmet", "nvme-tcp")
+    undo = UndoStack()
+    fault.inject(undo)
+    assert host.ana == "inaccessible"
+    assert host.events[0][1]["nvmet-ana:1:1"]["params"]["before"] == "optimized"
+    assert undo.unwind() == [] and host.ana == "optimized" and host.records() == {}
+    with pytest.raises(faults.FaultRefused, match="is optimized already"):
+        faults.AnaStateChange(host, "fabricqa", 1, "optimized").inject(UndoStack())
+
+
+def test_lio_portal_is_removed_and_made_again_with_iser_on() -> None:
+    host = FaultHost("vstor")
+    owned(host, "lio", {"kind": "lio", "targets": [IQN], "hbas": [], "backstores": []})
+    fault = faults.target_port_down(lab(), {"vstor": host}, "lio", "iser")
+    undo = UndoStack()
+    fault.inject(undo)
+    assert host.portals == {} and host.events[0][1][f"lio-portal:{IQN}:tpgt_1:{PORTAL}"]["params"]["iser"] is True
+    assert undo.unwind() == [] and host.portals == {PORTAL: "1"} and host.records() == {}
+
+
+def test_spdk_listener_is_removed_and_added_back_through_the_rpc_client() -> None:
+    host = FaultHost("vstor")
+    spdk_nqn = "nqn.2026-11.io.fabricqa:spdk-rec"
+    owned(host, "spdk", {"kind": "spdk", "socket": "/var/tmp/spdk.sock", "subsystems": [spdk_nqn], "bdevs": []})
+    from pytest_fabricqa.targets.spdk.jsonrpc import RpcClient
+
+    rpc = RpcClient(host, "/var/tmp/spdk.sock")
+    address = {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": "4420"}
+    fault = faults.SpdkListenerDown(rpc, "fabricqa", spdk_nqn, address)
+    undo = UndoStack()
+    assert fault.inject(undo) == float(T_DOWN)
+    assert not host.listening and [what for what, _ in host.events] == ["break"]
+    assert undo.unwind() == [] and host.listening and host.records() == {}
+    assert fault.restore() == float(T_UP)  # listening again: nothing to add
+
+
+# -- a killed run -----------------------------------------------------------------------------------------------------
+
+
+def killed_run_left_link_down(host: FaultHost) -> None:
+    fault = link_fault(host)
+    fault.inject(UndoStack())  # the run is killed here: its undo stack is gone with it
+    records = host.records()
+    records["link:eth1"]["owner"] = DEAD
+    host.files[RECORDS] = json.dumps({"kind": "faults", "faults": records})
+
+
+def test_restore_stale_restores_a_killed_runs_fault_from_its_record_and_says_so() -> None:
+    host = FaultHost()
+    killed_run_left_link_down(host)
+    assert not host.link_up
+    lines = faults.restore_stale(lab(), {"vnode1": host})
+    assert lines == [
+        "vnode1: restored 'vnode1 storage link eth1 down' that pid 4242 on a-controller-that-was-killed left "
+        "(ip link set dev eth1 up)"
+    ]
+    assert host.link_up and host.records() == {}
+    assert faults.restore_stale(lab(), {"vnode1": host}) == []
+
+
+def test_a_fault_whose_run_still_runs_is_left_to_that_runs_undo() -> None:
+    """Under xdist another worker's fault is live, not stale: the next connect's clean-up must not end it."""
+    host = FaultHost()
+    link_fault(host).inject(UndoStack())
+    assert faults.restore_stale(lab(), {"vnode1": host}) == []
+    assert not host.link_up and list(host.records()) == ["link:eth1"]
+
+
+def test_cleanup_stale_brings_the_link_up_before_it_cleans_the_initiator() -> None:
+    host = FaultHost(lenient=True)
+    killed_run_left_link_down(host)
+    host.commands.clear()
+    removed = provision.cleanup_stale(lab(), {"vnode1": host}, target_host="vstor")
+    assert removed[0].startswith("vnode1: restored 'vnode1 storage link eth1 down'")
+    first_clean_up = next(i for i, c in enumerate(host.commands) if c[0] in ("nvme", "iscsiadm") or "nvme" in c[-1])
+    up = next(i for i, c in enumerate(host.commands) if c[2:3] == (faults.LINK_UP,))
+    assert up < first_clean_up
+
+
+def test_leftover_faults_sees_a_record_and_the_leftovers_gate_with_it() -> None:
+    host = FaultHost(lenient=True)
+    killed_run_left_link_down(host)
+    expected = (
+        "vnode1: fault 'vnode1 storage link eth1 down' by pid 4242 on a-controller-that-was-killed is not restored "
+        f"(record in {RECORDS}; restore: ip link set dev eth1 up)"
+    )
+    assert faults.leftover_faults(lab(), {"vnode1": host}) == [expected]
+    assert expected in provision.leftovers(lab(), {"vnode1": host})
+    faults.restore_stale(lab(), {"vnode1": host})
+    assert faults.leftover_faults(lab(), {"vnode1": host}) == []
+
+
+# -- refused ---------------------------------------------------------------------------------------------------------
+
+
+def refused(host: FaultHost, fault: faults.FaultInjector, message: str) -> None:
+    undo = UndoStack()
+    with pytest.raises(faults.FaultRefused, match=message) as info:
+        fault.inject(undo)
+    assert "\n" not in str(info.value)
+    assert len(undo) == 0 and host.records() == {} and host.events == [], "a refused fault must leave no trace"
+
+
+def test_a_link_that_is_not_the_labs_storage_interface_is_refused() -> None:
+    host = FaultHost()
+    refused(
+        host,
+        faults.LinkDown(lab(), host, "fabricqa", "eth0"),
+        r"^vnode1: refused to inject 'vnode1 storage link eth0 down': eth0 is not the lab's storage interface of "
+        r"vnode1 \(eth1\); fabricqa brings down only hosts.vnode1.storage.interface$",
+    )
+
+
+def test_a_link_down_already_or_carrying_the_management_address_is_refused() -> None:
+    host = FaultHost()
+    host.link_up = False
+    refused(host, link_fault(host), r"eth1 is down already, and not by fabricqa; bring it up")
+    data = lab().model_dump()
+    data["hosts"]["vnode1"]["address"] = "10.10.10.12"  # reached over its storage link
+    host = FaultHost()
+    fault = faults.link_down(LabModel.model_validate(data), {"vnode1": host}, "vnode1")
+    refused(host, fault, r"eth1 carries 10.10.10.12, the address fabricqa reaches vnode1 by")
+
+
+def test_nvmet_ports_and_subsystems_fabricqa_did_not_make_are_refused() -> None:
+    host = FaultHost("vstor")
+    refused(host, faults.NvmetPortDown(host, "fabricqa", 1), r"nvmet port 1 was not made by fabricqa")
+    with pytest.raises(faults.FaultRefused, match=r"^vstor: no nvmet port of fabricqa serves tcp 10.10.10.19:4420"):
+        faults.target_port_down(lab(), {"vstor": host}, "nvmet", "nvme-tcp")
+    owned(host, "nvmet", {"kind": "nvmet", "ports": [1], "subsystems": [], "hosts": []})
+    refused(host, faults.NvmetPortDown(host, "fabricqa", 1, (NQN,)), rf"nvmet subsystem {NQN} was not made by")
+    refused(host, faults.AnaStateChange(host, "fabricqa", 7), r"nvmet port 7 was not made by fabricqa")
+
+
+def test_lio_and_spdk_objects_fabricqa_did_not_make_are_refused() -> None:
+    host = FaultHost("vstor")
+    owned(host, "lio", {"kind": "lio", "targets": ["iqn.2026-11.io.other:array"], "hbas": [], "backstores": []})
+    refused(host, faults.LioPortalDown(host, "fabricqa", IQN, PORTAL), rf"iSCSI target {IQN} was not made by")
+    from pytest_fabricqa.targets.spdk.jsonrpc import RpcClient
+
+    address = {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": "4420"}
+    fault = faults.SpdkListenerDown(RpcClient(host, "/var/tmp/spdk.sock"), "fabricqa", "nqn.x:y", address)
+    refused(host, fault, r"SPDK subsystem nqn.x:y on /var/tmp/spdk.sock was not made by fabricqa")
+
+
+def test_a_second_fault_on_an_object_with_an_unrestored_record_is_refused() -> None:
+    """The second inject would overwrite what the first recorded (an ANA group's state before it), so the first
+    could never be put back."""
+    host = FaultHost()
+    killed_run_left_link_down(host)
+    host.link_up = True  # someone brought it up by hand, the record is still there
+    undo = UndoStack()
+    with pytest.raises(faults.FaultRefused, match=r"already recorded in /run/fabricqa/fabricqa-faults.json"):
+        link_fault(host).inject(undo)
+    assert len(undo) == 0 and host.records()["link:eth1"]["owner"] == DEAD
+
+
+# -- the scripts themselves --------------------------------------------------------------------------------------------
+
+
+def run_script(script: str, root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    text = script.replace("/sys/kernel/config/nvmet", str(root))
+    return subprocess.run(["sh", "-c", text, "sh", *args], capture_output=True, text=True, check=False)
+
+
+def test_the_nvmet_scripts_unlink_and_relink_idempotently_on_a_real_tree(tmp_path: Path) -> None:
+    (tmp_path / "subsystems" / NQN).mkdir(parents=True)
+    (tmp_path / "ports" / "1" / "subsystems").mkdir(parents=True)
+    link = tmp_path / "ports" / "1" / "subsystems" / NQN
+    link.symlink_to(tmp_path / "subsystems" / NQN)
+    down = run_script(faults.NVMET_UNLINK, tmp_path, "1", NQN)
+    assert down.returncode == 0 and not link.is_symlink() and float(down.stdout.splitlines()[-1]) > 0
+    assert run_script(faults.NVMET_UNLINK, tmp_path, "1", NQN).returncode != 0, "inject is strict: nothing to unlink"
+    for _ in range(2):
+        up = run_script(faults.NVMET_RELINK, tmp_path, "1", NQN)
+        assert up.returncode == 0 and link.is_symlink() and float(up.stdout.splitlines()[-1]) > 0
+    assert list((tmp_path / "subsystems" / NQN).iterdir()) == [], "a second relink must not link inside the first"
+    (tmp_path / "ports" / "1" / "subsystems" / NQN).unlink()
+    (tmp_path / "ports" / "1" / "subsystems").rmdir()
+    (tmp_path / "ports" / "1").rmdir()  # the teardown removed the port: nothing left to restore
+    assert run_script(faults.NVMET_RELINK, tmp_path, "1", NQN).returncode == 0
