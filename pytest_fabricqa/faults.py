@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Protocol
 
 from pytest_fabricqa.failover import Fault
+from pytest_fabricqa.fanout import each
 from pytest_fabricqa.lab import LabModel, TargetModel
 from pytest_fabricqa.protocols import protocol as protocol_spec
 from pytest_fabricqa.targets import lio, remote
@@ -870,9 +871,19 @@ def restore_stale(lab: LabModel, hosts: Mapping[str, Host], *, target_host: str 
     """
     restored: list[str] = []
     failures: list[FaultError] = []
+    prefixes = _prefixes(lab, target_host)
+    # Every connect_fabric asks this of every host: read them at once (one round trip, not one per host).
+    found = each(
+        _lab_hosts(lab, hosts, target_host),
+        lambda host: [(p, _records(host, records_path(p))) for p in prefixes],
+        check=False,
+    )
     for host in _lab_hosts(lab, hosts, target_host):
-        for prefix in _prefixes(lab, target_host):
-            for key, record in _records(host, records_path(prefix)).items():
+        listing = found[host.name]
+        if isinstance(listing, BaseException):
+            raise listing  # as a read on its own would have
+        for prefix, records in listing:
+            for key, record in records.items():
                 if owner_alive(record.get("owner")):
                     continue
                 rebuild = REGISTRY.get(str(record.get("kind")))

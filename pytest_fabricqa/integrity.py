@@ -31,7 +31,7 @@ MiB = 1 << 20
 BASE_OFFSET = 128 * MiB
 """Where the first region starts: far past block 0 and allocation unit 1 (ASM's backup header, AU <= 64 MiB)."""
 REGION_BYTES = 4 * MiB
-"""Each region: 1,024 blocks of 4 KiB, 512 of 8 KiB, 4 of 1 MiB; written and read back in seconds under emulation."""
+"""Each region by default (the lab's ``integrity.region_mb``): 1,024 blocks of 4 KiB, 512 of 8 KiB, 4 of 1 MiB."""
 BLOCK_SIZES: dict[str, int] = {"4k": 4096, "8k": 8192, "1m": MiB}
 """The block sizes every check runs with: 4 KiB, the database's 8 KiB, 1 MiB."""
 CORRUPT_BS = 8192
@@ -76,19 +76,22 @@ def shared_devices(devices: Iterable[FabricDevice]) -> list[SharedDevice]:
     ]
 
 
-def region(slot: int, bs: int) -> Region:
-    """The ``slot``-th region (0, 1, ...) of the integrity area, in blocks of ``bs`` bytes."""
-    return Region(BASE_OFFSET + slot * REGION_BYTES, REGION_BYTES, bs)
+def region(slot: int, bs: int, size: int | None = None) -> Region:
+    """The ``slot``-th region (0, 1, ...) of ``size`` bytes (default :data:`REGION_BYTES`) of the integrity area,
+    in blocks of ``bs`` bytes."""
+    size = REGION_BYTES if size is None else size
+    return Region(BASE_OFFSET + slot * size, size, bs)
 
 
-def room_problem(device: SharedDevice, slots: int) -> str | None:
-    """A sentence when ``device`` is too small for ``slots`` regions, else None."""
-    needed = BASE_OFFSET + slots * REGION_BYTES
+def room_problem(device: SharedDevice, slots: int, size: int | None = None) -> str | None:
+    """A sentence when ``device`` is too small for ``slots`` regions of ``size`` bytes, else None."""
+    size = REGION_BYTES if size is None else size
+    needed = BASE_OFFSET + slots * size
     if device.size_bytes >= needed:
         return None
     return (
         f"{device.label} is {device.size_bytes:,} bytes; the integrity checks write {slots} region(s) of "
-        f"{REGION_BYTES // MiB} MiB from byte {BASE_OFFSET:,} on, {needed:,} bytes in all"
+        f"{size // MiB} MiB from byte {BASE_OFFSET:,} on, {needed:,} bytes in all"
     )
 
 
@@ -162,29 +165,29 @@ def _verify_on(outcome: Outcome, hosts: Sequence[Host], device: SharedDevice, re
             outcome.add(result)
 
 
-def write_and_verify(host: Host, device: SharedDevice, bs: int) -> Outcome:
+def write_and_verify(host: Host, device: SharedDevice, bs: int, size: int | None = None) -> Outcome:
     """``host`` writes a region (each block read back while writing and at the end), then reads it all back."""
     outcome = Outcome()
-    written = [region(0, bs)]
+    written = [region(0, bs, size)]
     _write(outcome, host, device, written)
     _verify_on(outcome, [host], device, written)
     return outcome
 
 
-def cross_verify(hosts: Sequence[Host], device: SharedDevice, bs: int) -> Outcome:
+def cross_verify(hosts: Sequence[Host], device: SharedDevice, bs: int, size: int | None = None) -> Outcome:
     """Each initiator in turn writes its own region; every other initiator reads it back (both directions)."""
     outcome = Outcome()
     for slot, writer in enumerate(hosts):
-        written = [region(slot, bs)]
+        written = [region(slot, bs, size)]
         _write(outcome, writer, device, written)
         _verify_on(outcome, [h for h in hosts if h is not writer], device, written)
     return outcome
 
 
-def concurrent_verify(hosts: Sequence[Host], device: SharedDevice, bs: int) -> Outcome:
+def concurrent_verify(hosts: Sequence[Host], device: SharedDevice, bs: int, size: int | None = None) -> Outcome:
     """Every initiator writes its own region at the same time (distinct offsets), then each reads back every one."""
     outcome = Outcome()
-    mine = {host.name: [region(slot, bs)] for slot, host in enumerate(hosts)}
+    mine = {host.name: [region(slot, bs, size)] for slot, host in enumerate(hosts)}
     for name, regions in mine.items():
         outcome.writers[regions[0]] = name
     results = each(
@@ -199,10 +202,10 @@ def concurrent_verify(hosts: Sequence[Host], device: SharedDevice, bs: int) -> O
     return outcome
 
 
-def write_before_reconnect(host: Host, device: SharedDevice) -> tuple[Outcome, list[Region]]:
+def write_before_reconnect(host: Host, device: SharedDevice, size: int | None = None) -> tuple[Outcome, list[Region]]:
     """``host`` writes one region per block size (:data:`BLOCK_SIZES`), each read back as written."""
     outcome = Outcome()
-    written = [region(slot, bs) for slot, bs in enumerate(BLOCK_SIZES.values())]
+    written = [region(slot, bs, size) for slot, bs in enumerate(BLOCK_SIZES.values())]
     _write(outcome, host, device, written)
     return outcome, written
 
@@ -229,13 +232,13 @@ def corrupt_argv(backing_path: str, byte: int, length: int = CORRUPT_BYTES) -> l
 
 
 def corruption_detected(
-    writer: Host, reader: Host, target: Host, device: SharedDevice, backing_path: str
+    writer: Host, reader: Host, target: Host, device: SharedDevice, backing_path: str, size: int | None = None
 ) -> tuple[Outcome, Mismatch | None]:
     """``writer`` writes a region of 8 KiB blocks over the fabric; 4 KiB of one block's data are zeroed directly on
     ``backing_path`` on ``target``; ``reader`` verifies the region. Returns the outcome and the mismatch found at
     the changed block (None when the verify missed it, which is then the first problem)."""
     outcome = Outcome()
-    written = region(0, CORRUPT_BS)
+    written = region(0, CORRUPT_BS, size)
     _write(outcome, writer, device, [written])
     if outcome.problems:
         return outcome, None

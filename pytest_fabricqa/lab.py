@@ -395,6 +395,18 @@ class TargetModel(_Model):
         return self.spdk if self.spdk is not None else SpdkSettings()
 
 
+class IntegritySettings(_Model):
+    """How much the integrity suite writes: each check's region per host and block size, in MiB (4 by default:
+    1,024 blocks of 4 KiB, 512 of 8 KiB, 4 of 1 MiB). A real lab may verify far more; an emulated one, less."""
+
+    region_mb: int = Field(4, ge=1, le=1048576)
+
+    @property
+    def region_bytes(self) -> int:
+        """The region in bytes."""
+        return self.region_mb << 20
+
+
 class VlabDrive(_Model):
     """An emulated drive in a virtual-lab guest: ``nvme`` (-device nvme, /dev/nvmeXn1) or ``virtio`` (/dev/vdX)."""
 
@@ -428,6 +440,7 @@ class LabModel(_Model):
     """Overrides of the workload matrix, validated here by :func:`pytest_fabricqa.workloads.load_matrix`."""
     tolerances: dict[str, float] = {}
     database: OracleSettings | None = None
+    integrity: IntegritySettings = IntegritySettings()
     vlab: dict[str, VlabGuest] | None = None
 
     @field_validator("hosts")

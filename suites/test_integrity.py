@@ -43,7 +43,7 @@ def _disk(
     if not devices:
         pytest.skip(f"{protocol}: the lab marks no exported device writable, so nothing is written")
     write_guard.before_writes(protocol, fabric.devices, fabric.target)
-    problem = ig.room_problem(devices[0], slots)
+    problem = ig.room_problem(devices[0], slots, fabric.lab.integrity.region_bytes)
     if problem is not None:
         pytest.skip(f"{protocol}: {problem}")
     return devices[0]
@@ -75,7 +75,7 @@ def test_write_and_verify(
     device = _disk(fabric, protocol, write_guard, 1)
     host = _initiators(fabric, device, lab_hosts, 1)[0]
     _record(fabricqa_report, request, fabric, f"integrity-same-host-{LABEL[bs]}", protocol,
-            ig.write_and_verify(host, device, bs))  # fmt: skip
+            ig.write_and_verify(host, device, bs, fabric.lab.integrity.region_bytes))  # fmt: skip
 
 
 @BLOCK_SIZES
@@ -87,7 +87,7 @@ def test_written_on_one_read_on_every_other(
     device = _disk(fabric, protocol, write_guard, len(fabric.lab.hosts_with("initiator")))
     hosts = _initiators(fabric, device, lab_hosts, 2)
     _record(fabricqa_report, request, fabric, f"integrity-cross-host-{LABEL[bs]}", protocol,
-            ig.cross_verify(hosts, device, bs))  # fmt: skip
+            ig.cross_verify(hosts, device, bs, fabric.lab.integrity.region_bytes))  # fmt: skip
 
 
 @BLOCK_SIZES
@@ -99,7 +99,7 @@ def test_concurrent_regions(
     device = _disk(fabric, protocol, write_guard, len(fabric.lab.hosts_with("initiator")))
     hosts = _initiators(fabric, device, lab_hosts, 2)
     _record(fabricqa_report, request, fabric, f"integrity-concurrent-{LABEL[bs]}", protocol,
-            ig.concurrent_verify(hosts, device, bs))  # fmt: skip
+            ig.concurrent_verify(hosts, device, bs, fabric.lab.integrity.region_bytes))  # fmt: skip
 
 
 def test_data_survives_reconnect(
@@ -109,7 +109,7 @@ def test_data_survives_reconnect(
     """A region per block size written, every initiator disconnected and connected again, every one reads all back."""
     device = _disk(fabric, protocol, write_guard, len(ig.BLOCK_SIZES))
     hosts = _initiators(fabric, device, lab_hosts, 1)
-    outcome, written = ig.write_before_reconnect(hosts[0], device)
+    outcome, written = ig.write_before_reconnect(hosts[0], device, fabric.lab.integrity.region_bytes)
     if not outcome.problems:
         fabric.reconnect_initiators()
         ig.verify_after_reconnect(outcome, hosts, ig.paths_now(fabric.devices, device), written)
@@ -131,7 +131,9 @@ def test_verify_detects_corruption(
     device = _disk(fabric, protocol, write_guard, 1, corruptible)
     hosts = _initiators(fabric, device, lab_hosts, 1)
     backing = target.devices[device.backing].path
-    outcome, found = ig.corruption_detected(hosts[0], hosts[-1], target_host, device, backing)
+    outcome, found = ig.corruption_detected(
+        hosts[0], hosts[-1], target_host, device, backing, fabric.lab.integrity.region_bytes
+    )
     _record(fabricqa_report, request, fabric, "integrity-corruption-detected", protocol, outcome)
     assert found is not None
 

@@ -206,7 +206,7 @@ def test_another_virtual_lab_in_the_way_is_one_line_and_the_same_lab_reordered_i
     reordered = vlab_text.replace(vstor, "").replace("\nnetwork:", vstor.rstrip("\n") + "\n\nnetwork:", 1)
     assert reordered.index("  vnode1:") < reordered.index("  vstor:")
     (pytester.path / "reordered.yaml").write_text(reordered)
-    (pytester.path / "bigger.yaml").write_text(vlab_text.replace("memory_mb: 2560", "memory_mb: 3072"))
+    (pytester.path / "bigger.yaml").write_text(vlab_text.replace("memory_mb: 3072", "memory_mb: 3584"))
     children = _fake_running_vlab(pytester.path / "state", vlab_text)
     try:
         pytester.runpytest_subprocess("--lab=reordered.yaml", "-p", "no:cacheprovider").assert_outcomes(passed=1)
@@ -215,7 +215,7 @@ def test_another_virtual_lab_in_the_way_is_one_line_and_the_same_lab_reordered_i
         result.stderr.fnmatch_lines(
             [
                 "ERROR: lab 'vlab': the virtual lab running in */state/vlab/vlab is not this lab file's: it runs "
-                "other guests (vstor.memory_mb: running 2560, wanted 3072); stop it with "
+                "other guests (vstor.memory_mb: running 3072, wanted 3584); stop it with "
                 "`fabricqa-vlab down --run-dir */state/vlab/vlab` and run again, or run with the lab file it was "
                 "started from to attach to it"
             ]

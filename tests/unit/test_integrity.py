@@ -11,10 +11,13 @@ from fakes import ScriptedHost
 from pytest_fabricqa import integrity as ig
 from pytest_fabricqa.fio.verify import Region, read_verify, verify_argv
 from pytest_fabricqa.initiators.connect import FabricDevice
+from pytest_fabricqa.lab import LabError, load_lab
 from pytest_fabricqa.report.gather import flat_properties
 from pytest_fabricqa.report.html import integrity_summary
 from pytest_fabricqa.report.model import case_from_dict, case_to_dict
 from pytest_fabricqa.transport.base import CommandResult
+
+LABS = Path(__file__).resolve().parents[2] / "labs"
 
 DATA = Path(__file__).parent.parent / "data" / "fio" / "verify"
 FILE = "/tmp/fqa-verify/dev.img"
@@ -211,3 +214,20 @@ def test_an_integrity_case_round_trips_and_shows_in_junit_and_html(recorded_layo
     assert integrity_summary(case.integrity) == (  # type: ignore[arg-type]
         "2 MiB written, 4 MiB verified, 1 mismatch; 1 changed block(s) detected as expected"
     )
+
+
+def test_the_labs_region_size_sets_every_checks_region_and_the_room_it_needs(tmp_path: Path) -> None:
+    """integrity.region_mb: the regions of every check (and the room they need) follow the lab's size."""
+    text = (LABS / "vlab.yaml").read_text()
+    assert load_lab(LABS / "vlab.yaml").integrity.region_bytes == 1 << 20  # the virtual lab's own choice
+    (tmp_path / "lab.yaml").write_text(text.replace("integrity: {region_mb: 1}", "integrity: {region_mb: 8}"))
+    size = load_lab(tmp_path / "lab.yaml").integrity.region_bytes
+    assert size == 8 << 20
+    assert ig.region(2, 4096, size) == Region(ig.BASE_OFFSET + 2 * size, size, 4096)
+    assert ig.region(0, 4096).size == ig.REGION_BYTES == 4 << 20  # the default, when a lab says nothing
+    device = ig.SharedDevice("ram0", "nqn.x", 1, ig.BASE_OFFSET + 3 * size, {"vnode1": "/dev/nvme0n1"})
+    assert ig.room_problem(device, 3, size) is None
+    assert "4 region(s) of 8 MiB" in (ig.room_problem(device, 4, size) or "")
+    (tmp_path / "lab.yaml").write_text(text.replace("integrity: {region_mb: 1}", "integrity: {region_mb: 0}"))
+    with pytest.raises(LabError, match=r"lab.yaml:\d+: integrity.region_mb: .*greater than or equal to 1"):
+        load_lab(tmp_path / "lab.yaml")

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 from fakes import Answer, ScriptedHost
+from labfiles import vlab_kernel_text
 
 from pytest_fabricqa import provision
 from pytest_fabricqa.initiators import nvme
@@ -33,7 +34,7 @@ def two_target_hosts(*, shared: bool = False) -> LabModel:
     """vlab.yaml plus vstor2 running an nvmet and a LIO target of its own. ``shared``: vstor2's nvmet also serves
     NQN_A and its LIO keeps the default name_prefix (so its iface names are vstor's); the lab rules refuse
     both, a lab built in code does not go through them (and a saved nvmet config's NQNs they do not read)."""
-    data: dict[str, Any] = yaml.safe_load((LABS / "vlab.yaml").read_text())
+    data: dict[str, Any] = yaml.safe_load(vlab_kernel_text())
     data.pop("vlab")  # a lab of real hosts: no guests to describe
     data["hosts"]["vstor2"] = {
         "address": "127.0.0.1",

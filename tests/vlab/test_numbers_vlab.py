@@ -36,7 +36,9 @@ Vlab = tuple[LabModel, dict[str, Host], dict[str, str]]
 def _queue_settings(data: dict[str, Any]) -> None:
     for target in data["targets"]:
         if target.get("iscsi"):
-            target["iscsi"].update(queue_depth=64, cmds_max=256, cmdsn_depth=96)
+            target["iscsi"].update(queue_depth=64, cmds_max=256)
+            if target["kind"] == "lio":
+                target["iscsi"]["cmdsn_depth"] = 96  # LIO's own key
         if target.get("nvme"):
             target["nvme"].setdefault("connect", {}).update(nr_io_queues=1, queue_size=64)
 

@@ -32,20 +32,17 @@ pytestmark = pytest.mark.vlab
 ROOT = Path(__file__).parents[2]
 IQN = "iqn.2026-11.io.fabricqa:vstor"
 FOREIGN_IQN = "iqn.2003-01.org.example:foreign"
-KINDS = {
-    # iscsi-scstd and tgtd are started for the fabric and stopped after it, so LIO can have port 3260 afterwards.
-    "scst": {"scst": {"daemon": "start", "queued_commands": 128}},
-    "tgt": {"tgt": {"daemon": "start", "control_port": 7}},
-}
 
 
 def _as(kind: str, **settings: Any) -> Callable[[dict[str, Any]], None]:
+    """labs/vlab.yaml with its nvmet target and its own ``kind`` target (as targets[1]) alone, ``settings`` added to
+    that kind's section. (The lab starts iscsi-scstd and tgtd for the fabric and stops them after it, so port 3260
+    is free for the next target.)"""
+
     def mutate(data: dict[str, Any]) -> None:
-        scsi = data["targets"][1]
-        scsi["kind"] = kind
-        scsi.update(KINDS[kind])
-        for key, value in settings.items():
-            scsi[kind][key] = value
+        scsi = next(t for t in data["targets"] if t["kind"] == kind)
+        scsi[kind].update(settings)
+        data["targets"] = [data["targets"][0], scsi]
 
     return mutate
 
@@ -54,15 +51,9 @@ def _sh(host: Host, script: str, *args: str) -> str:
     return host.run(["sh", "-c", script, "sh", *args]).stdout
 
 
-# tgt's iSER target is seen only by a discovery over iSER: the initiator's SendTargets over TCP lists nothing
-# ("discovery at 10.10.10.19:3260 does not list ...", first vlab run), and the plugin discovers over TCP as LIO and
-# SCST need. Known and open (issue 12): discovery over the iser iface for tgt.
-TGT_ISER = pytest.mark.xfail(strict=True, reason="tgt's iSER target is not listed by a SendTargets discovery over TCP")
-
-
 @pytest.mark.parametrize(
     ("kind", "protocol"),
-    [("scst", "iscsi"), ("scst", "iser"), ("tgt", "iscsi"), pytest.param("tgt", "iser", marks=TGT_ISER)],
+    [("scst", "iscsi"), ("scst", "iser"), ("tgt", "iscsi"), ("tgt", "iser")],
 )
 def test_both_initiators_log_in_and_see_the_luns_with_their_serials(
     vlab: tuple[LabModel, dict[str, Host], dict[str, str]], kind: str, protocol: str
@@ -123,7 +114,7 @@ KILL_CHILD = textwrap.dedent(
 
 @pytest.mark.parametrize(
     ("kind", "protocol"),
-    [("scst", "iser"), ("tgt", "iscsi"), pytest.param("tgt", "iser", marks=TGT_ISER), ("scst", "iscsi")],
+    [("scst", "iser"), ("tgt", "iscsi"), ("tgt", "iser"), ("scst", "iscsi")],
 )
 def test_a_run_killed_mid_provisioning_is_cleaned_by_the_next_run(
     vlab: tuple[LabModel, dict[str, Host], dict[str, str]], kind: str, protocol: str
@@ -214,7 +205,7 @@ def test_a_target_made_by_hand_survives_our_runs_and_their_clean_up(
         _sh(vstor, setup, FOREIGN_IQN)
         before = driver.snapshot()  # type: ignore[attr-defined]
         assert FOREIGN_IQN in str(before)
-        for protocol in ("iscsi", "iser") if kind == "scst" else ("iscsi",):  # tgt's iSER: see TGT_ISER
+        for protocol in ("iscsi", "iser"):
             fabric = connect_fabric(lab, protocol, hosts)
             fabric.teardown()
         assert cleanup_stale(lab, hosts) == []

@@ -205,6 +205,11 @@ def test_guest_env_is_shell_quoted_and_sourced(tmp_path: Path) -> None:
         check=True,
     ).stdout.strip()
     assert out == f"vstor|10.10.10.10/24|9000|{' '.join(BOOT_MODULES)}"
+    env.write_text(guest_env(SPEC, replace(SPEC.guests[0], hugepages_mb=512), 0))
+    out = subprocess.run(
+        ["sh", "-c", '. "$1"; echo "$FQ_HUGEPAGES_MB"', "-", str(env)], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert out == "512"  # guest_init.sh reserves 256 pages of 2 MiB and mounts hugetlbfs
 
 
 def test_guest_config_tar(tmp_path: Path) -> None:
@@ -292,6 +297,24 @@ def test_socket_dir_stays_short(tmp_path: Path) -> None:
             "drives[0].kind",
         ),
         ({"guests": [{"name": "a", "ssh_port": 10022, "storage_address": "10.0.0.1/24", "cpu": 2}]}, "unknown"),
+        (
+            {"guests": [{"name": "a", "ssh_port": 10022, "storage_address": "10.0.0.1/24", "hugepages_mb": 511}]},
+            "guests[0].hugepages_mb: 511 must be an even number of MiB (2 MiB pages), at most half of memory_mb",
+        ),
+        (
+            {
+                "guests": [
+                    {
+                        "name": "a",
+                        "ssh_port": 10022,
+                        "storage_address": "10.0.0.1/24",
+                        "memory_mb": 1024,
+                        "hugepages_mb": 1024,
+                    }
+                ]
+            },
+            "hugepages_mb: 1024 must be an even number of MiB (2 MiB pages), at most half of memory_mb (1024)",
+        ),
     ],
 )
 def test_spec_errors_name_the_key(change: dict[str, object], message: str, tmp_path: Path) -> None:
@@ -460,11 +483,16 @@ def test_a_lab_is_its_guests_by_name_not_their_order() -> None:
     assert spec_differences(SPEC, REORDERED) == []
     bigger = VlabSpec(
         name="lab1",
-        guests=(replace(SPEC.guests[0], memory_mb=2048), SPEC.guests[1], Guest("init2", 10024, "10.10.10.12/24")),
+        guests=(
+            replace(SPEC.guests[0], memory_mb=2048, hugepages_mb=512),
+            SPEC.guests[1],
+            Guest("init2", 10024, "10.10.10.12/24"),
+        ),
     )
     assert spec_differences(SPEC, bigger) == [
         "guest init2 is wanted but not running",
         "vstor.memory_mb: running 1024, wanted 2048",
+        "vstor.hugepages_mb: running 0, wanted 512",  # SPDK on a guest without hugepages is not the lab asked for
     ]
 
 
@@ -567,14 +595,14 @@ def test_the_lab_file_with_hosts_reordered_attaches_and_another_lab_is_one_line(
         check_attachable(reordered, state_dir)  # the same lab: attaches, nothing raised
         assert VirtualLab.attach(spec_from_lab(reordered), run_dir) is not None
 
-        other = _lab_with(tmp_path, VLAB_YAML.read_text().replace("memory_mb: 2560", "memory_mb: 3072"))
+        other = _lab_with(tmp_path, VLAB_YAML.read_text().replace("memory_mb: 3072", "memory_mb: 3584"))
         with pytest.raises(LabInTheWay) as caught:
             check_attachable(other, state_dir)
         message = str(caught.value)
         assert "\n" not in message
         assert message == (
             f"lab 'vlab': the virtual lab running in {run_dir} is not this lab file's: it runs other guests "
-            "(vstor.memory_mb: running 2560, wanted 3072); stop it with "
+            "(vstor.memory_mb: running 3072, wanted 3584); stop it with "
             f"`fabricqa-vlab down --run-dir {run_dir}` and run again, "
             "or run with the lab file it was started from to attach to it"
         )
