@@ -475,7 +475,10 @@ class SpdkTarget(ConfigfsTarget):
     # -- prerequisites --------------------------------------------------------------------------------------
     def prerequisite_problems(self, protocol: str) -> list[str]:
         """What the target host lacks to serve ``protocol`` with SPDK, one sentence each (host, what, fix)."""
-        return spdk_problems(self.host.name, self.where, self.facts(), self.settings, protocol, self.snapshot_or_none())
+        running = self.settings.start and self._app_ours(remote.read_state(self.host, self.state_file)) is not None
+        return spdk_problems(
+            self.host.name, self.where, self.facts(), self.settings, protocol, self.snapshot_or_none(), running=running
+        )
 
     def snapshot_or_none(self) -> SpdkSnapshot | None:
         """The snapshot, or None when no RPC client can run on the host (no python3)."""
@@ -525,9 +528,18 @@ def memory_problem(where: str, facts: app.SpdkHost, settings: SpdkSettings) -> P
 
 
 def spdk_problems(
-    host: str, where: str, facts: app.SpdkHost, settings: SpdkSettings, protocol: str, snap: SpdkSnapshot | None
+    host: str,
+    where: str,
+    facts: app.SpdkHost,
+    settings: SpdkSettings,
+    protocol: str,
+    snap: SpdkSnapshot | None,
+    *,
+    running: bool = False,
 ) -> list[str]:
-    """The SPDK prerequisites ``facts`` (and the app's answer, ``snap``) break on ``host``; one sentence each."""
+    """The SPDK prerequisites ``facts`` (and the app's answer, ``snap``) break on ``host``; one sentence each.
+    ``running``: the nvmf_tgt this plugin started runs now (its fabric is up), so the hugepages it holds are not
+    missing ones."""
     found: list[Problem | None] = []
     sock = settings.rpc_socket
     if not facts.python3:
@@ -535,7 +547,7 @@ def spdk_problems(
     if facts.missing_rpc_py:
         found.append((f"{where}.spdk.rpc_py {facts.missing_rpc_py} does not exist", "fix the path or drop the key"))
     if settings.start:
-        found += [binary_problem(where, facts, protocol), memory_problem(where, facts, settings)]
+        found += [binary_problem(where, facts, protocol), None if running else memory_problem(where, facts, settings)]
     elif not facts.socket:
         found.append(
             (
