@@ -25,7 +25,6 @@ from pytest_fabricqa.transport.base import Host
 pytestmark = pytest.mark.vlab
 
 ROOT = Path(__file__).parents[2]
-NQN = "nqn.2026-11.io.fabricqa:vlab-nvme0"
 RAM_NQN = "nqn.2026-11.io.fabricqa:vlab-ram0"
 IQN = "iqn.2026-11.io.fabricqa:vstor"
 FOREIGN_NQN = "nqn.2014-08.org.example:foreign"
