@@ -320,6 +320,9 @@ class TargetModel(_Model):
     workloads: tuple[str, ...] | None = None
     """The lab's workloads this target runs (default: every one the run selects): a lab that qualifies several
     targets per protocol can run a second target on fewer points, such as seed 000's nvmet-vs-SPDK pair."""
+    integrity_block_sizes: tuple[Literal["4k", "8k", "1m"], ...] | None = None
+    """The block sizes of the integrity suite's per-block-size checks this target runs (default: 4k, 8k and 1m);
+    the reconnect, corruption and reservation checks run on every target whatever it says."""
     name_prefix: str = "fabricqa"
 
     @field_validator("kind")

@@ -459,15 +459,23 @@ def _pair_of(item: pytest.Item) -> tuple[str, str] | None:
 
 
 def _target_runs_workload(lab: LabModel, item: pytest.Item) -> bool:
-    """False for a case of a workload its target's ``workloads`` list leaves out."""
+    """False for a case of a workload its target's ``workloads`` list leaves out, or of an integrity block size
+    its ``integrity_block_sizes`` leaves out."""
     callspec = getattr(item, "callspec", None)
     if callspec is None:
         return True
-    workload = callspec.params.get("workload", callspec.params.get("scaling_workload"))
     target = next((t for t in lab.targets if t.name == callspec.params.get("target_name")), None)
-    if workload is None or target is None or target.workloads is None:
+    if target is None:
         return True
-    return workload.name in target.workloads
+    workload = callspec.params.get("workload", callspec.params.get("scaling_workload"))
+    if workload is not None and target.workloads is not None and workload.name not in target.workloads:
+        return False
+    bs = callspec.params.get("bs")
+    if bs is not None and target.integrity_block_sizes is not None:
+        from pytest_fabricqa.integrity import BLOCK_SIZES
+
+        return any(BLOCK_SIZES[label] == bs for label in target.integrity_block_sizes)
+    return True
 
 
 def _target_of(item: pytest.Item) -> str | None:

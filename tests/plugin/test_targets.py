@@ -214,15 +214,25 @@ def test_results_json_and_junit_carry_the_target_of_each_case(pytester: pytest.P
 
 
 POINTS = """
+import pytest
+
+
 def test_point(protocol, target_name, workload):
+    pass
+
+
+@pytest.mark.parametrize("bs", [4096, 8192, 1 << 20], ids=["4k", "8k", "1m"])
+def test_block(protocol, target_name, bs):
     pass
 """
 
 
 def test_a_targets_workloads_narrow_its_points_and_a_name_the_sets_lack_is_one_line(pytester: pytest.Pytester) -> None:
-    """targets[].workloads: the second target of a protocol runs only the points it names (seed 000's pair)."""
+    """targets[].workloads and integrity_block_sizes: the second target of a protocol runs only the points and the
+    integrity block sizes it names (seed 000's pair)."""
+    narrowed = "  - name: fast\n    workloads: [randread-8k-qd128-j4]\n    integrity_block_sizes: [8k]\n"
     text = (
-        TWO_TARGETS.replace("  - name: fast\n", "  - name: fast\n    workloads: [randread-8k-qd128-j4]\n")
+        TWO_TARGETS.replace("  - name: fast\n", narrowed)
         + "workloads: {sets: [oracle-8k], only: [randread-8k-qd128-j4, randwrite-8k-qd128-j4]}\n"
     )
     lab = _two(pytester, text)
@@ -231,11 +241,15 @@ def test_a_targets_workloads_narrow_its_points_and_a_name_the_sets_lack_is_one_l
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     ids = sorted(line.split("::")[1] for line in result.stdout.lines if "::" in line)
     assert ids == [
+        "test_block[nvme-tcp-fast-8k]",
+        "test_block[nvme-tcp-nvmet-1m]",
+        "test_block[nvme-tcp-nvmet-4k]",
+        "test_block[nvme-tcp-nvmet-8k]",
         "test_point[nvme-tcp-fast-randread-8k-qd128-j4]",
         "test_point[nvme-tcp-nvmet-randread-8k-qd128-j4]",
         "test_point[nvme-tcp-nvmet-randwrite-8k-qd128-j4]",
     ]
-    result.stdout.fnmatch_lines(["*3/4 tests collected (1 deselected)*"])
+    result.stdout.fnmatch_lines(["*7/10 tests collected (3 deselected)*"])
 
     bad = _two(pytester, text.replace("workloads: [randread-8k-qd128-j4]", "workloads: [randread-8k-qd182-j4]"))
     result = pytester.runpytest_subprocess(f"--lab={bad}", "--collect-only", "-q", "test_points.py")
