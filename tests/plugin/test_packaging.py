@@ -73,10 +73,14 @@ def test_the_wheel_carries_the_suites_and_runs_them_without_a_clone(tmp_path: Pa
     (wheel,) = (tmp_path / "dist").glob("pytest_fabricqa-*.whl")
     venv = tmp_path / "venv"
     # The venv sees this machine's packages (pytest, pydantic, ...) but gets the plugin only from the wheel.
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, env=env)
-    python = venv / "bin" / "python"
+    # Without a pip of its own (ensurepip took most of this test's time): this pip installs into it via --python.
     subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed", str(wheel)],
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True, env=env
+    )
+    python = venv / "bin" / "python"
+    install = ["install", "-q", "--no-deps", "--ignore-installed", str(wheel)]
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), *install],
         check=True,
         env=env,
         capture_output=True,

@@ -3,16 +3,38 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from pytest_fabricqa.report import charts
 from pytest_fabricqa.report.html import bs_label, render_html, report_context, write_html
 from pytest_fabricqa.report.model import Run, load_json
 
 DATA = Path(__file__).parent.parent / "data" / "report"
+DRAW_SWEEP_CHART = charts.sweep_chart
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _each_chart_drawn_once() -> Iterator[None]:
+    """Within this module, a sweep chart asked for again with the same series, options and id is the SVG drawn
+    the first time: matplotlib takes about a second a chart here, and several tests render the sample again with
+    only its text changed. test_rendering_is_deterministic draws afresh, and so proves the reuse is exact."""
+    drawn: dict[tuple[Any, ...], str] = {}
+
+    def sweep_chart(series: Sequence[charts.Series], **options: Any) -> str:
+        key = (tuple(series), *sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in options.items()))
+        if key not in drawn:
+            drawn[key] = DRAW_SWEEP_CHART(series, **options)
+        return drawn[key]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(charts, "sweep_chart", sweep_chart)
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +134,8 @@ def test_transcribed_run_without_latency_or_queue_depth_renders(tmp_path: Path) 
     assert sorted(p.name for p in path.parent.iterdir()) == ["report.html"]
 
 
-def test_rendering_is_deterministic(sample: Run, page: str) -> None:
+def test_rendering_is_deterministic(sample: Run, page: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(charts, "sweep_chart", DRAW_SWEEP_CHART)  # every chart drawn again, none reused
     assert render_html(sample) == page
 
 
