@@ -49,6 +49,10 @@ def test_a_users_own_suite_gets_gated_reported_cases_on_the_virtual_lab(
     vlab: tuple[LabModel, dict[str, Host], dict[str, str]], tmp_path: Path
 ) -> None:
     data = lab_data()
+    # The user's array is served by the kernel's nvmet alone: labs/vlab.yaml's other targets name points of its own
+    # sets (targets[].workloads), which this user's workload sets do not hold.
+    data["targets"] = [t for t in data["targets"] if t["kind"] == "nvmet"]
+    data["protocols"] = ["nvme-tcp", "nvme-rdma"]
     data["workloads"] = {
         "sets": ["allflash-4k"],
         "only": ["randread-4k-qd1-j1", "randread-4k-qd32-j1"],
