@@ -873,12 +873,13 @@ def restore_stale(lab: LabModel, hosts: Mapping[str, Host], *, target_host: str 
     failures: list[FaultError] = []
     prefixes = _prefixes(lab, target_host)
     # Every connect_fabric asks this of every host: read them at once (one round trip, not one per host).
+    places = _lab_hosts(lab, hosts, target_host)
     found = each(
-        _lab_hosts(lab, hosts, target_host),
+        places,
         lambda host: [(p, _records(host, records_path(p))) for p in prefixes],
         check=False,
     )
-    for host in _lab_hosts(lab, hosts, target_host):
+    for host in places:
         listing = found[host.name]
         if isinstance(listing, BaseException):
             raise listing  # as a read on its own would have
