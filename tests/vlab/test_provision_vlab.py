@@ -161,33 +161,8 @@ true
 FOREIGN_IQN = "iqn.2003-01.org.example:foreign"
 
 
-def test_objects_we_did_not_create_are_never_touched(vlab: tuple[LabModel, dict[str, Host], dict[str, str]]) -> None:
-    lab, hosts, _ = vlab
-    vstor = hosts["vstor"]
-    from pytest_fabricqa.targets.lio import SNAPSHOT_SCRIPT as LIO_SNAPSHOT
-    from pytest_fabricqa.targets.nvmet import SNAPSHOT_SCRIPT as NVMET_SNAPSHOT
-
-    # virtio_blk is in the image but not loaded at boot: the scratch disk becomes /dev/vda here.
-    vstor.run(["modprobe", "-a", "virtio_blk", "nvmet", "nvmet_tcp", "target_core_iblock", "iscsi_target_mod"])
-    vstor.run(["mkdir", "-p", "/sys/kernel/config/target/iscsi"])
-    try:
-        _sh(vstor, FOREIGN_SETUP, FOREIGN_NQN, FOREIGN_IQN)
-        before = _sh(vstor, NVMET_SNAPSHOT), _sh(vstor, LIO_SNAPSHOT)
-        assert FOREIGN_NQN in before[0] and "foreign_scratch" in before[1] and FOREIGN_IQN in before[1]
-        for protocol in ("nvme-tcp", "iscsi"):
-            fabric = connect_fabric(lab, protocol, hosts)
-            fabric.teardown()
-        assert cleanup_stale(lab, hosts) == []
-        assert leftovers(lab, hosts) == []
-        after = _sh(vstor, NVMET_SNAPSHOT), _sh(vstor, LIO_SNAPSHOT)
-        assert after == before
-    finally:
-        _sh(vstor, FOREIGN_REMOVE, FOREIGN_NQN, FOREIGN_IQN)
-
-
 # Empty objects made by hand under the names and numbers the plugin itself would pick (issue 16): an HBA at the
-# index derived for a LUN, a backstore named like ours in someone else's HBA, an nvmet port at the derived ID; then
-# a subsystem and an iSCSI target under the lab's own NQN and IQN.
+# index derived for a LUN, a backstore named like ours in someone else's HBA, an nvmet port at the derived ID.
 SAME_NAMES_SETUP = r"""
 set -e
 mkdir "/sys/kernel/config/target/core/iblock_$1"
@@ -202,9 +177,11 @@ true
 """
 
 
-def test_empty_objects_under_the_names_the_plugin_would_pick_are_never_removed(
-    vlab: tuple[LabModel, dict[str, Host], dict[str, str]],
-) -> None:
+def test_objects_we_did_not_create_are_never_touched(vlab: tuple[LabModel, dict[str, Host], dict[str, str]]) -> None:
+    """Someone else's nvmet subsystem and port and LIO backstore and target, and empty objects made by hand under the
+    names and numbers the plugin itself would pick (issue 16), all at once: one provision-and-teardown per protocol
+    and the next start's clean-up leave every one as it was. Then the lab's own NQN and IQN taken by someone else:
+    one line, and they stay."""
     from pytest_fabricqa.targets.base import mark_number
     from pytest_fabricqa.targets.lio import HBA_INDEXES
     from pytest_fabricqa.targets.lio import SNAPSHOT_SCRIPT as LIO_SNAPSHOT
@@ -216,12 +193,16 @@ def test_empty_objects_under_the_names_the_plugin_would_pick_are_never_removed(
     prefix = lab.target_for("iscsi").name_prefix
     hba = str(mark_number(prefix, f"{prefix}_ram0", *HBA_INDEXES))
     port = str(mark_number(prefix, "tcp:10.10.10.19:4420", *PORT_IDS))
-    vstor.run(["modprobe", "-a", "nvmet", "nvmet_tcp", "target_core_iblock", "iscsi_target_mod"])
-    vstor.run(["mkdir", "-p", "/sys/kernel/config/target/iscsi"])
     names = (hba, port, IQN, RAM_NQN)
+    # virtio_blk is in the image but not loaded at boot: the scratch disk becomes /dev/vda here.
+    vstor.run(["modprobe", "-a", "virtio_blk", "nvmet", "nvmet_tcp", "target_core_iblock", "iscsi_target_mod"])
+    vstor.run(["mkdir", "-p", "/sys/kernel/config/target/iscsi"])
     try:
+        _sh(vstor, FOREIGN_SETUP, FOREIGN_NQN, FOREIGN_IQN)
         _sh(vstor, SAME_NAMES_SETUP, *names)
         before = _sh(vstor, NVMET_SNAPSHOT), _sh(vstor, LIO_SNAPSHOT)
+        assert FOREIGN_NQN in before[0] and "foreign_scratch" in before[1] and FOREIGN_IQN in before[1]
+        assert "fabricqa_nvme0" in before[1] and f"iblock_{hba}" in before[1]
         for protocol in ("nvme-tcp", "iscsi"):
             fabric = connect_fabric(lab, protocol, hosts)
             fabric.teardown()
@@ -237,6 +218,7 @@ def test_empty_objects_under_the_names_the_plugin_would_pick_are_never_removed(
         assert (_sh(vstor, NVMET_SNAPSHOT), _sh(vstor, LIO_SNAPSHOT)) == before
     finally:
         _sh(vstor, SAME_NAMES_REMOVE, *names)
+        _sh(vstor, FOREIGN_REMOVE, FOREIGN_NQN, FOREIGN_IQN)
 
 
 def _one_line_error(lab: LabModel, protocol: str, hosts: dict[str, Host]) -> str:
