@@ -1,6 +1,10 @@
 """What tests/vlab's modules share: the three-guest lab they run on -- labs/vlab.yaml itself, in the state folder
 `pytest --lab=vlab` uses (``.fabricqa/`` under the repository), so that a lab already up (`fabricqa-vlab up --lab
-vlab`, as `.ci/run` does for the main job and these tests) is attached to instead of booted a second time."""
+vlab`) is attached to instead of booted a second time.
+
+``FABRICQA_TESTS_VLAB=NAME:PORT`` gives these tests a lab of their own instead: labs/vlab.yaml under another name, its
+hosts on SSH ports PORT, PORT+1, ... in file order, in its own run folder (the storage segment is the lab's own UNIX
+socket switch). `.ci/run` sets it so that these tests run beside the main job on a second set of guests."""
 
 from __future__ import annotations
 
@@ -18,8 +22,16 @@ STATE = Path(os.environ.get("FABRICQA_PROVISION_VLAB_STATE", str(ROOT / ".fabric
 
 
 def lab_data() -> dict[str, Any]:
-    """labs/vlab.yaml as data."""
+    """labs/vlab.yaml as data, renamed and moved to other ports when ``FABRICQA_TESTS_VLAB`` asks."""
     data: dict[str, Any] = yaml.safe_load((ROOT / "labs" / "vlab.yaml").read_text())
+    wanted = os.environ.get("FABRICQA_TESTS_VLAB")
+    if wanted:
+        name, _, port = wanted.partition(":")
+        if not name or not port.isdigit():
+            raise ValueError(f"FABRICQA_TESTS_VLAB={wanted!r}: expected NAME:PORT, e.g. vlabt:22291")
+        data["name"] = name
+        for offset, host in enumerate(data["hosts"].values()):
+            host["port"] = int(port) + offset
     return data
 
 
