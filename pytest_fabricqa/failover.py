@@ -44,6 +44,13 @@ RECOVERY_HOLD_MS = 1000
 FAULT_REACH_MS = 1000
 """A stall that begins this long after a fault is still the fault's: I/O already on its way (socket buffers, a
 controller's queue) completes for a moment after a path is lost (120 ms in the recorded receiver-stopped run)."""
+OUTAGES: dict[str, str] = {
+    "all-paths-down-brief": "every path down for less than the path timeout, then back: I/O resumes, no error",
+    "all-paths-down-long": "every path down for longer than the path timeout, then back: I/O errors are seen",
+}
+"""The failover suite's outages (issue 13, faults d and e) by name: the name is the case's last id part and its
+key in the lab's ``thresholds`` table (``thresholds."*".all-paths-down-brief: {max_stall_s: 10}``)."""
+BRIEF, LONG = OUTAGES
 PARITY_PCT = 10.0
 """The Windows HLK multiport rule: no path more than 10% slower than another (a lab's ``max_path_imbalance_pct``)."""
 

@@ -410,6 +410,60 @@ class IntegritySettings(_Model):
         return self.region_mb << 20
 
 
+class NvmeFailoverTimeouts(_Model):
+    """What the failover suite writes to every NVMe-oF controller of its fabric for its own cases (None: leave
+    the host's value); the old values are recorded on the host first and written back after (see
+    :class:`pytest_fabricqa.faults.PathTimeouts`). Linux 6.1 takes all three on a live controller."""
+
+    io_timeout_s: int | None = Field(None, ge=1, le=3600)
+    """``/sys/block/<path disk>/queue/io_timeout`` of each controller's path (nvme0c0n1): how long an I/O waits
+    before the host starts error recovery. With the keep-alive this is how soon a dead path is noticed."""
+    fast_io_fail_tmo_s: int | None = Field(None, ge=0, le=3600)
+    """``fast_io_fail_tmo``: how long after recovery started I/O fails instead of waiting for the path."""
+    reconnect_delay_s: int | None = Field(None, ge=1, le=3600)
+    """``reconnect_delay``: how often a controller that lost its path tries again."""
+
+
+class IscsiFailoverTimeouts(_Model):
+    """What the failover suite writes to every iSCSI/iSER session of its fabric (None: leave the host's value)."""
+
+    recovery_tmo_s: int | None = Field(None, ge=1, le=3600)
+    """The session's ``recovery_tmo`` (open-iscsi's ``replacement_timeout``): how long after the connection
+    failed I/O fails instead of waiting for the session to come back."""
+
+
+class FailoverSettings(_Model):
+    """The failover suite (``suites/test_failover.py``): every initiator's storage link down at once, briefly
+    (less than the path timeout: I/O must resume without an error) and for long (beyond it: I/O errors must be
+    seen), while fio writes and verifies; and the path timeouts the suite applies for its cases."""
+
+    targets: tuple[str, ...] | None = None
+    """The lab's target names the suite runs on (default: every target)."""
+    before_s: float = Field(3.0, gt=0, le=600)
+    """Seconds of I/O before the fault (the pre-fault throughput recovery is measured against)."""
+    after_s: float = Field(4.0, gt=0, le=600)
+    """Seconds of I/O after the links are up again."""
+    brief_down_s: float = Field(2.0, gt=0, le=3600)
+    """How long the links stay down in the brief outage: less than the path timeout."""
+    long_down_s: float = Field(16.0, gt=0, le=3600)
+    """How long the links stay down in the long outage: more than the path timeout (detection + timeout)."""
+    recover_s: float = Field(60.0, gt=0, le=3600)
+    """After the long outage: how long every initiator may take to read its device again."""
+    region_mb: int = Field(1, ge=1, le=1048576)
+    """Each initiator's region (its own, at a distinct offset), written over and over while the case runs."""
+    block_size: Literal["4k", "8k"] = "4k"
+    nvme: NvmeFailoverTimeouts = NvmeFailoverTimeouts()
+    iscsi: IscsiFailoverTimeouts = IscsiFailoverTimeouts()
+
+    @model_validator(mode="after")
+    def _outages(self) -> FailoverSettings:
+        if self.brief_down_s >= self.long_down_s:
+            raise ValueError(
+                f"brief_down_s ({self.brief_down_s:g}) must be shorter than long_down_s ({self.long_down_s:g})"
+            )
+        return self
+
+
 class VlabDrive(_Model):
     """An emulated drive in a virtual-lab guest: ``nvme`` (-device nvme, /dev/nvmeXn1) or ``virtio`` (/dev/vdX)."""
 
@@ -444,6 +498,7 @@ class LabModel(_Model):
     tolerances: dict[str, float] = {}
     database: OracleSettings | None = None
     integrity: IntegritySettings = IntegritySettings()
+    failover: FailoverSettings = FailoverSettings()
     vlab: dict[str, VlabGuest] | None = None
 
     @field_validator("hosts")
@@ -473,6 +528,11 @@ class LabModel(_Model):
         for key in self.thresholds:
             if key != "*" and key not in PROTOCOLS:
                 raise ValueError(f"thresholds key {key!r} is not a protocol; use one of {', '.join(PROTOCOLS)} or '*'")
+        for name in self.failover.targets or ():
+            if name not in [t.name for t in self.targets]:
+                raise ValueError(
+                    f"failover.targets: {name!r} is not a target of the lab ({', '.join(t.name for t in self.targets)})"
+                )
         if self.vlab is not None:
             for name in self.vlab:
                 if name not in self.hosts:
@@ -490,7 +550,9 @@ class LabModel(_Model):
     def unmatched_thresholds(self) -> list[tuple[tuple[str, ...], str]]:
         """Each threshold entry whose workload pattern matches no workload of the selected sets: its key path
         and why (with the names it could mean)."""
-        names = selected_names(self.workloads or None)
+        from pytest_fabricqa.failover import OUTAGES  # the failover cases' names are their threshold keys
+
+        names = [*selected_names(self.workloads or None), *OUTAGES]
         found: list[tuple[tuple[str, ...], str]] = []
         for protocol, table in self.thresholds.items():
             for pattern in table:

@@ -459,8 +459,9 @@ def _pair_of(item: pytest.Item) -> tuple[str, str] | None:
 
 
 def _target_runs_workload(lab: LabModel, item: pytest.Item) -> bool:
-    """False for a case of a workload its target's ``workloads`` list leaves out, or of an integrity block size
-    its ``integrity_block_sizes`` leaves out."""
+    """False for a case of a workload its target's ``workloads`` list leaves out, of an integrity block size
+    its ``integrity_block_sizes`` leaves out, or of a failover outage on a target ``failover.targets`` leaves
+    out."""
     callspec = getattr(item, "callspec", None)
     if callspec is None:
         return True
@@ -470,6 +471,8 @@ def _target_runs_workload(lab: LabModel, item: pytest.Item) -> bool:
     workload = callspec.params.get("workload", callspec.params.get("scaling_workload"))
     if workload is not None and target.workloads is not None and workload.name not in target.workloads:
         return False
+    if callspec.params.get("outage") is not None and lab.failover.targets is not None:
+        return target.name in lab.failover.targets
     bs = callspec.params.get("bs")
     if bs is not None and target.integrity_block_sizes is not None:
         from pytest_fabricqa.integrity import BLOCK_SIZES

@@ -25,6 +25,7 @@ SUITE_WORDS: tuple[tuple[str, SuiteKind], ...] = (
     ("perf", "performance"),
     ("oracle", "oracle"),
     ("integrity", "integrity"),
+    ("failover", "failover"),
 )
 
 #: Key of ``Case.extras`` where suites put what they learnt about the environment (fio, kernels, device).

@@ -32,6 +32,7 @@ SUITE_NAMES = {
     "performance": "Performance",
     "oracle": "Oracle",
     "integrity": "Integrity",
+    "failover": "Failover",
 }
 CALIBRATE_LABELS = {
     "max_iops": "Maximum IOPS",
@@ -565,7 +566,7 @@ def report_context(run: Run, *, title: str | None = None) -> dict[str, Any]:
         )
     comparison = _comparison(run, chart_ids)
     target_comparisons = _target_comparisons(run)
-    other = [c for c in run.cases if c.suite in ("prerequisite", "connectivity", "integrity")]
+    other = [c for c in run.cases if c.suite in ("prerequisite", "connectivity", "integrity", "failover")]
     not_exercised = run.extras.get("oracle_not_exercised")
     return {
         "title": title or "Storage fabric qualification",

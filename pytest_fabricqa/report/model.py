@@ -28,7 +28,7 @@ from pytest_fabricqa.workloads import Workload
 SCHEMA = "fabricqa-results/1"
 
 Verdict = Literal["passed", "failed", "skipped", "error"]
-SuiteKind = Literal["prerequisite", "connectivity", "performance", "oracle", "integrity"]
+SuiteKind = Literal["prerequisite", "connectivity", "performance", "oracle", "integrity", "failover"]
 VERDICTS: tuple[str, ...] = get_args(Verdict)
 SUITE_KINDS: tuple[str, ...] = get_args(SuiteKind)
 
