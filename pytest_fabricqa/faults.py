@@ -730,6 +730,167 @@ class SpdkListenerDown(_RecordedFault):
         return self._timed_call("nvmf_subsystem_add_listener")
 
 
+# -- the initiators' path timeouts -------------------------------------------------------------------------------
+
+# One line per NVMe-oF controller and per iSCSI session: what the timeouts are now. Recorded on the virtual lab
+# (tests/data/failover/timeouts-*.txt). fast_io_fail_tmo and ctrl_loss_tmo read "off" when disabled (-1).
+TIMEOUTS_READ = r"""
+for c in /sys/class/nvme/nvme*; do
+  [ -r "$c/subsysnqn" ] || continue
+  printf 'nvme %s %s' "${c##*/}" "$(cat "$c/subsysnqn")"
+  for a in transport state fast_io_fail_tmo reconnect_delay ctrl_loss_tmo kato; do
+    printf ' %s=%s' "$a" "$(cat "$c/$a" 2>/dev/null || echo -)"
+  done
+  for q in "$c"/nvme*n*/queue/io_timeout; do
+    [ -r "$q" ] || continue
+    d=${q%/queue/io_timeout}
+    printf ' io_timeout:%s=%s' "${d##*/}" "$(cat "$q")"
+  done
+  echo
+done
+for s in /sys/class/iscsi_session/session*; do
+  [ -r "$s/targetname" ] || continue
+  printf 'iscsi %s %s recovery_tmo=%s\n' "${s##*/}" "$(cat "$s/targetname")" "$(cat "$s/recovery_tmo")"
+done
+"""
+# Quadruples file, value, guard file, guard value: a value is written only while the guard file (the
+# controller's subsysnqn, the session's targetname) still says what it said when the value was read, so a
+# controller or session number that a later connect reused is never touched. A file that is gone is skipped.
+TIMEOUTS_WRITE = (
+    r"""
+set -e
+while [ $# -ge 4 ]; do
+  f=$1 v=$2 g=$3 w=$4
+  shift 4
+  [ -e "$f" ] && [ "$(cat "$g" 2>/dev/null)" = "$w" ] || continue
+  printf %s "$v" > "$f"
+done
+"""
+    + CLOCK
+)
+NVME_CLASS = "/sys/class/nvme"
+ISCSI_CLASS = "/sys/class/iscsi_session"
+
+
+def parse_timeouts(text: str) -> dict[str, dict[str, Any]]:
+    """:data:`TIMEOUTS_READ`'s output: ``nvme1`` / ``session3`` -> {"kind", "subsystem", attribute: value},
+    io_timeout per path disk under ``io_timeout:<disk>``."""
+    found: dict[str, dict[str, Any]] = {}
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) < 3 or words[0] not in ("nvme", "iscsi"):
+            continue
+        entry: dict[str, Any] = {"kind": words[0], "subsystem": words[2]}
+        for word in words[3:]:
+            key, _, value = word.partition("=")
+            entry[key] = value
+        found[words[1]] = entry
+    return found
+
+
+def _sysfs_value(value: str) -> str:
+    # What the kernel shows as "off" it takes as -1 (nvme_ctrl_fast_io_fail_tmo_store, ctrl_loss_tmo).
+    return "-1" if value == "off" else value
+
+
+class PathTimeouts(_RecordedFault):
+    """The path timeouts of an initiator's controllers and sessions of one fabric set for a failover case, then
+    set back: NVMe-oF ``fast_io_fail_tmo``, ``reconnect_delay`` and each path disk's ``queue/io_timeout``
+    (ms in sysfs), iSCSI's session ``recovery_tmo``. A change, not a fault, but it needs the same guarantee: the
+    old values are recorded on the host before anything is written, and a killed run's are written back at the
+    next start (:func:`restore_stale`), where the controller or session is still the same.
+
+    ``subsystems``: the fabric's NQNs or IQN; only controllers and sessions of those are touched. Refused when
+    the host has none (nothing to set) or a value cannot be read.
+    """
+
+    kind = "path-timeouts"
+
+    def __init__(
+        self,
+        host: Host,
+        name_prefix: str,
+        subsystems: tuple[str, ...],
+        nvme: Mapping[str, int | None] | None = None,
+        iscsi: Mapping[str, int | None] | None = None,
+    ) -> None:
+        super().__init__(host, name_prefix)
+        self.subsystems = subsystems
+        self.nvme = {k: v for k, v in (nvme or {}).items() if v is not None}
+        self.iscsi = {k: v for k, v in (iscsi or {}).items() if v is not None}
+        wanted = ", ".join(f"{k} {v}" for k, v in {**self.nvme, **self.iscsi}.items()) or "nothing"
+        self.name = f"{host.name} path timeouts set ({wanted})"
+        self.key = "path-timeouts"
+        self.before: dict[str, dict[str, Any]] = {}
+
+    @classmethod
+    def from_record(cls, lab: LabModel, host: Host, name_prefix: str, record: Mapping[str, Any]) -> PathTimeouts:
+        """The change a record describes, to set the old values back."""
+        params = record["params"]
+        change = cls(host, name_prefix, tuple(params["subsystems"]))
+        change.params = dict(params)
+        return change
+
+    def how(self) -> str:
+        writes = self.params.get("restore", [])
+        return "; ".join(f"echo {v} > {f}" for f, v, _, _ in writes) or "nothing (no value was changed)"
+
+    def _writes(self) -> tuple[list[list[str]], list[list[str]]]:
+        """(new values, old values) as quadruples for :data:`TIMEOUTS_WRITE`, from :attr:`before`."""
+        new: list[list[str]] = []
+        old: list[list[str]] = []
+        for name, entry in sorted(self.before.items()):
+            if entry["subsystem"] not in self.subsystems:
+                continue
+            if entry["kind"] == "nvme":
+                base = f"{NVME_CLASS}/{name}"
+                guard = [f"{base}/subsysnqn", entry["subsystem"]]
+                wanted: dict[str, str] = {}
+                for attribute in ("fast_io_fail_tmo", "reconnect_delay"):
+                    key = f"{attribute}_s"
+                    if key in self.nvme:
+                        wanted[f"{base}/{attribute}"] = str(self.nvme[key])
+                        old.append([f"{base}/{attribute}", _sysfs_value(entry[attribute]), *guard])
+                if "io_timeout_s" in self.nvme:
+                    for key, value in entry.items():
+                        if key.startswith("io_timeout:"):
+                            path = f"{base}/{key.split(':', 1)[1]}/queue/io_timeout"
+                            wanted[path] = str(self.nvme["io_timeout_s"] * 1000)
+                            old.append([path, str(value), *guard])
+                new.extend([path, value, *guard] for path, value in wanted.items())
+            elif entry["kind"] == "iscsi" and "recovery_tmo_s" in self.iscsi:
+                base = f"{ISCSI_CLASS}/{name}"
+                guard = [f"{base}/targetname", entry["subsystem"]]
+                new.append([f"{base}/recovery_tmo", str(self.iscsi["recovery_tmo_s"]), *guard])
+                old.append([f"{base}/recovery_tmo", str(entry["recovery_tmo"]), *guard])
+        return new, old
+
+    def _check(self) -> None:
+        result = self.host.run(["sh", "-c", TIMEOUTS_READ], check=False)
+        self.before = parse_timeouts(result.stdout)
+        ours = {k: v for k, v in self.before.items() if v["subsystem"] in self.subsystems}
+        if not ours:
+            raise self._refuse(
+                f"no NVMe-oF controller or iSCSI session of {', '.join(self.subsystems)} is connected",
+                "set the timeouts while the fabric is connected",
+            )
+        for name, entry in ours.items():
+            if any(value in ("", "-") for key, value in entry.items() if key not in ("kind", "subsystem")):
+                raise self._refuse(
+                    f"a timeout of {name} cannot be read ({entry})",
+                    "use Linux 5.10 or later (fast_io_fail_tmo) on the initiator, or lift failover.nvme/iscsi",
+                )
+        new, old = self._writes()
+        self.params = {"subsystems": list(self.subsystems), "set": new, "restore": old, "read": ours}
+
+    def _inject(self) -> CommandResult:
+        return self.host.run(["sh", "-c", TIMEOUTS_WRITE, "sh", *[w for q in self.params["set"] for w in q]])
+
+    def _restore(self) -> CommandResult:
+        restore = [w for q in self.params.get("restore", []) for w in q]
+        return self.host.run(["sh", "-c", TIMEOUTS_WRITE, "sh", *restore])
+
+
 # -- choosing the fault for a lab's target ------------------------------------------------------------------------
 
 REGISTRY: dict[str, Callable[[LabModel, Host, str, Mapping[str, Any]], _RecordedFault]] = {
@@ -738,6 +899,7 @@ REGISTRY: dict[str, Callable[[LabModel, Host, str, Mapping[str, Any]], _Recorded
     AnaStateChange.kind: AnaStateChange.from_record,
     LioPortalDown.kind: LioPortalDown.from_record,
     SpdkListenerDown.kind: SpdkListenerDown.from_record,
+    PathTimeouts.kind: PathTimeouts.from_record,
 }
 """Record kind -> how to rebuild the fault from its record (for :func:`restore_stale`)."""
 
@@ -931,12 +1093,14 @@ __all__ = [
     "LinkDown",
     "LioPortalDown",
     "NvmetPortDown",
+    "PathTimeouts",
     "SpdkListenerDown",
     "ana_change",
     "fault_window",
     "leftover_faults",
     "link_down",
     "owner_alive",
+    "parse_timeouts",
     "records_path",
     "restore_stale",
     "target_port_down",
