@@ -1,0 +1,356 @@
+"""Every path down under I/O (issue 13, faults d and e): fio writing and verifying on every initiator, every
+initiator's storage link down at once, back up, and each host's failover figures read from fio's IOPS log.
+
+What a suite calls (``suites/test_failover.py``); no pytest here:
+
+- :func:`all_paths_down`: sets the lab's path timeouts on every initiator (:class:`faults.PathTimeouts`), starts
+  fio on each one in the background (its own region, at a distinct offset: ``verify=crc32c`` with
+  ``verify_backlog``, ``continue_on_error=all``, ``write_iops_log`` at ``log_avg_msec=100`` on the host's Unix
+  clock), takes every storage link down (:class:`faults.LinkDown`, all hosts at once) for the outage, brings
+  them up, waits for fio, and returns each host's :class:`failover.FailoverFigures`. Every change has its undo
+  on the caller's stack before it is made, and a record on its host (a SIGKILLed run's are undone at the next
+  start).
+- :func:`outage_problems`: the verdict. The brief outage (shorter than the path timeout) must show no I/O or
+  verify error and I/O after the fault; the long one (longer) must show I/O errors on every host, or the
+  measurement cannot see errors at all. Both are gated by the lab's limits for the outage's name
+  (:data:`failover.OUTAGES`).
+- :func:`usable_after`: after the long outage, every initiator reads its device again within the lab's
+  ``failover.recover_s`` and writes and verifies a region.
+
+fio runs detached on each initiator (``setsid``): one SSH channel per command, none held open while links are
+down. A fio a killed run left behind ends by itself after its runtime (at most ``before_s + long_down_s +
+after_s`` plus a second); its folder under /tmp stays.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_fabricqa import faults
+from pytest_fabricqa.failover import (
+    BRIEF,
+    LONG,
+    FailoverFigures,
+    Fault,
+    HostSeries,
+    count_errors,
+    failover_violations,
+    host_series,
+    measure,
+)
+from pytest_fabricqa.fanout import each
+from pytest_fabricqa.fio.command import LOG_MARKER, split_logs
+from pytest_fabricqa.fio.parse import FioOutputError, fio_messages, parse_fio_output
+from pytest_fabricqa.fio.verify import VERIFY, VERIFY_BACKLOG, Region
+from pytest_fabricqa.lab import FailoverSettings, LabModel
+from pytest_fabricqa.oracle.settings import OracleSettings
+from pytest_fabricqa.targets.base import UndoStack
+from pytest_fabricqa.thresholds import Thresholds
+from pytest_fabricqa.transport.base import Host
+
+INTERVAL_MS = 100
+"""fio's ``log_avg_msec``: the IOPS log's window, what a stall is measured in (failover.py)."""
+IODEPTH = 4
+RATE_IOPS = 1000
+"""Per host: enough lines in every window, little enough for an emulated lab whose cores other runs share."""
+WORKDIR = "/tmp"
+
+# Starts fio detached in a fresh folder: the folder is printed; "start"/"end" hold the host's Unix ms around
+# fio, "rc" its exit code, "pid" the leader of fio's own session (kill -- -PID stops it). Fixed text: the
+# folder base and fio's argv arrive as "$@".
+FIO_START = r"""
+set -e
+d=$(mktemp -d "$1/fabricqa-failover.XXXXXX")
+shift
+cd "$d"
+setsid sh -c 'date +%s%3N > start; "$@" > fio.json 2> fio.err; echo $? > rc; date +%s%3N > end' sh "$@" \
+  < /dev/null > /dev/null 2>&1 &
+echo $! > pid
+echo "$d"
+"""
+# Waits for fio to end (up to $2 s), then prints its JSON and every other file after a log marker.
+FIO_COLLECT = (
+    r"""
+d=$1
+n=$(( $2 * 5 ))
+while [ ! -e "$d/end" ] && [ "$n" -gt 0 ]; do sleep 0.2; n=$((n - 1)); done
+[ -e "$d/end" ] || { echo "fio did not end within $2 s" >&2; exit 124; }
+cd "$d"
+cat fio.json
+for f in *; do
+  [ "$f" = fio.json ] && continue
+  printf '\n%s %s\n' '"""
+    + LOG_MARKER.strip()
+    + r"""' "$f"
+  cat "$f"
+done
+"""
+)
+# The undo: stop fio if it still runs, remove the folder. Idempotent.
+FIO_STOP = r"""
+d=$1
+[ -d "$d" ] || exit 0
+if [ ! -e "$d/end" ] && [ -s "$d/pid" ]; then
+  kill -- -"$(cat "$d/pid")" 2>/dev/null || true
+  n=50
+  while [ ! -e "$d/end" ] && [ "$n" -gt 0 ]; do sleep 0.2; n=$((n - 1)); done
+fi
+rm -rf "$d"
+"""
+
+
+def fio_argv(host: str, device: str, region: Region, runtime_s: int, *, fio: str = "fio") -> list[str]:
+    """fio writing ``region`` of ``device`` over and over for ``runtime_s`` seconds, each block verified soon
+    after it was written (``verify_backlog``), going on after errors (so they are counted, not fatal), logging
+    IOPS per :data:`INTERVAL_MS` on the Unix clock (the clock :func:`faults.fault_window` reads)."""
+    return [
+        fio,
+        "--output-format=json",
+        "--name=failover",
+        f"--filename={device}",
+        "--ioengine=libaio",
+        "--direct=1",
+        "--rw=write",
+        f"--bs={region.bs}",
+        f"--offset={region.offset}",
+        f"--size={region.size}",
+        f"--iodepth={IODEPTH}",
+        f"--rate_iops={RATE_IOPS}",
+        "--time_based=1",
+        f"--runtime={runtime_s}",
+        f"--verify={VERIFY}",
+        f"--verify_backlog={VERIFY_BACKLOG}",
+        "--verify_state_save=0",
+        "--continue_on_error=all",
+        f"--write_iops_log={host}",
+        f"--log_avg_msec={INTERVAL_MS}",
+        "--log_unix_epoch=1",
+    ]
+
+
+@dataclass(frozen=True)
+class HostRun:
+    """What one initiator's fio left: its output, its messages and logs, and when it ran (host Unix ms)."""
+
+    host: str
+    stdout: str
+    logs: dict[str, str]
+    start_ms: int
+    end_ms: int
+    exit_code: int
+
+
+def start_fio(host: Host, argv: Sequence[str], undo: UndoStack) -> str:
+    """Start ``argv`` detached on ``host``; returns its folder. The stop goes on ``undo`` as soon as the folder
+    is known (a start that fails half-way leaves a fio that ends by itself after its runtime)."""
+    folder = host.run(["sh", "-c", FIO_START, "sh", WORKDIR, *argv], timeout=60).stdout.strip().splitlines()[-1]
+
+    def stop() -> None:
+        host.run(["sh", "-c", FIO_STOP, "sh", folder], timeout=60)
+
+    undo.push(f"stop fio in {folder} on {host.name}", stop)
+    return folder
+
+
+def collect_fio(host: Host, folder: str, wait_s: int) -> HostRun:
+    """Wait for the fio in ``folder`` to end and read everything it left."""
+    result = host.run(["sh", "-c", FIO_COLLECT, "sh", folder, str(wait_s)], timeout=wait_s + 60)
+    head, files = split_logs(result.stdout)
+
+    def number(name: str) -> int:
+        try:
+            return int(files.get(name, "").strip())
+        except ValueError:
+            return -1
+
+    return HostRun(host.name, head, files, number("start"), number("end"), number("rc"))
+
+
+def series_of(run: HostRun, runtime_ms: int) -> HostSeries:
+    """The host's IOPS series on its Unix clock. The run starts with its first logged interval (fio's set-up is
+    no stall of the path) and ends ``runtime_ms`` later, or when fio ended if that was earlier."""
+    series = host_series(run.host, run.logs, interval_ms=INTERVAL_MS, start_ms=run.start_ms, end_ms=run.end_ms)
+    if series.intervals:
+        start = series.intervals[0].start_ms
+        end = min(run.end_ms, start + runtime_ms) if run.end_ms > 0 else start + runtime_ms
+        series = HostSeries(series.host, series.interval_ms, series.intervals, start, max(end, start))
+    return series
+
+
+@dataclass
+class OutageResult:
+    """One outage on every initiator: each host's figures, what went wrong around them, the timeouts in force."""
+
+    outage: str
+    down_s: float
+    figures: dict[str, FailoverFigures] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    timeouts: dict[str, Any] = field(default_factory=dict)
+    """Per host: the timeouts read before the suite set its own (controller or session -> attribute -> value)."""
+    wall_s: float = 0.0
+    runs: dict[str, HostRun] = field(default_factory=dict)
+    """What each host's fio left (its JSON, messages, logs), for the report's raw files."""
+
+    def raw_files(self) -> dict[str, str]:
+        """``host/file`` -> text of every host's fio output, with each host's fault times (Unix ms) as
+        ``host/fault``: what a recorded run in tests/data/failover holds."""
+        files: dict[str, str] = {}
+        for host, run in self.runs.items():
+            files[f"{host}/fio.json"] = run.stdout
+            files.update({f"{host}/{name}": text for name, text in run.logs.items()})
+            if host in self.figures:
+                fault = self.figures[host].fault
+                files[f"{host}/fault"] = f"{fault.start_ms} {fault.end_ms}\n"
+        return files
+
+
+def _figures(run: HostRun, fault: Fault) -> tuple[FailoverFigures | None, list[str]]:
+    try:
+        result = parse_fio_output(run.stdout, host=run.host)
+    except FioOutputError:
+        said = "; ".join(fio_messages((), run.logs.get("fio.err", ""))[:3]) or "no output"
+        return None, [f"{run.host}: fio exited {run.exit_code} without a report ({said})"]
+    runtime_ms = max((job.runtime_ms for job in result.jobs), default=0)
+    errors = count_errors(result, run.logs.get("fio.err", "") + "\n" + run.stdout)
+    return measure(series_of(run, runtime_ms), fault, errors), []
+
+
+def all_paths_down(
+    lab: LabModel,
+    hosts: Sequence[Host],
+    devices: Mapping[str, str],
+    regions: Mapping[str, Region],
+    *,
+    name_prefix: str,
+    subsystems: tuple[str, ...],
+    family: str,
+    outage: str,
+    undo: UndoStack,
+) -> OutageResult:
+    """Every ``hosts``' storage link down at once for the ``outage``'s time (:data:`failover.BRIEF` or
+    :data:`failover.LONG`) while fio writes and verifies ``regions[host]`` of ``devices[host]``; each host's
+    figures. ``family``: ``nvme`` or ``scsi`` (which timeouts of ``lab.failover`` apply). Every change is undone
+    by ``undo`` (the caller unwinds it, also on failure); the links are up again and fio has ended on return."""
+    settings: FailoverSettings = lab.failover
+    down_s = settings.brief_down_s if outage == BRIEF else settings.long_down_s
+    result = OutageResult(outage, down_s)
+    began = time.monotonic()
+    runtime_s = math.ceil(settings.before_s + down_s + settings.after_s)
+
+    def set_timeouts(host: Host) -> dict[str, Any]:
+        change = faults.PathTimeouts(
+            host,
+            name_prefix,
+            subsystems,
+            nvme=settings.nvme.model_dump() if family == "nvme" else None,
+            iscsi=settings.iscsi.model_dump() if family == "scsi" else None,
+        )
+        change.inject(undo)  # with no timeout to set, it reads what is in force and writes nothing
+        return dict(change.params.get("read", {}))
+
+    result.timeouts = _settled(each(hosts, set_timeouts, check=False))
+    folders = _settled(
+        each(hosts, lambda h: start_fio(h, fio_argv(h.name, devices[h.name], regions[h.name], runtime_s), undo))
+    )
+    time.sleep(settings.before_s)
+    links = {h.name: faults.LinkDown(lab, h, name_prefix) for h in hosts}
+    down = each(hosts, lambda h: links[h.name].inject(undo), check=False)
+    time.sleep(down_s)
+    up = each(hosts, lambda h: links[h.name].restore(), check=False)
+    for name in [h.name for h in hosts]:
+        for what, outcome in (("down", down[name]), ("up", up[name])):
+            if isinstance(outcome, BaseException):
+                result.problems.append(f"{name}: the storage link could not be brought {what}: {outcome}")
+    runs = each(hosts, lambda h: collect_fio(h, folders[h.name], runtime_s + 120), check=False)
+    label = f"every storage link down {down_s:g} s"
+    for host in hosts:
+        run, injected, restored = runs[host.name], down[host.name], up[host.name]
+        if isinstance(run, BaseException):
+            result.problems.append(f"{host.name}: fio's output could not be read: {run}")
+            continue
+        result.runs[host.name] = run
+        if isinstance(injected, BaseException) or isinstance(restored, BaseException):
+            continue
+        figures, problems = _figures(run, faults.fault_window(label, injected, restored))
+        result.problems.extend(problems)
+        if figures is not None:
+            result.figures[host.name] = figures
+    result.wall_s = time.monotonic() - began
+    return result
+
+
+def _settled(results: Mapping[str, Any]) -> dict[str, Any]:
+    """Every host's result; the first host's exception raised after all finished (its undo is on the stack)."""
+    for value in results.values():
+        if isinstance(value, BaseException):
+            raise value
+    return dict(results)
+
+
+def outage_problems(
+    result: OutageResult,
+    limits: Thresholds,
+    hosts: Sequence[str],
+    *,
+    database: OracleSettings | None = None,
+) -> list[str]:
+    """Every reason the outage's case fails, each naming the host, the fault and the figure against its limit.
+
+    Brief outage: no I/O error and no verify error (whatever the lab's limits say: an outage shorter than the
+    path timeout must cost none), I/O after the fault, and the lab's limits (``max_stall_s``, ...). Long outage:
+    I/O errors seen on every host (else the measurement cannot see errors); the lab's limits but for the error
+    counts and the stall, which the outage is there to cause."""
+    problems = list(result.problems)
+    if result.outage == BRIEF:
+        limits = limits.model_copy(update={"max_io_errors": 0.0, "max_verify_errors": 0.0})
+    elif result.outage == LONG:
+        lifted = {"max_io_errors": None, "max_verify_errors": None, "max_stall_s": None}
+        limits = limits.model_copy(update=lifted)
+    else:
+        raise ValueError(f"unknown outage {result.outage!r}")
+    for host in hosts:
+        figures = result.figures.get(host)
+        if figures is None:
+            problems.append(f"{host}: no failover figures (fio's IOPS log could not be read)")
+            continue
+        label = f"{host}, fault {figures.fault.name}"
+        if figures.pre_fault_iops is None:
+            problems.append(f"{label}: no I/O completed before the fault, so nothing was measured")
+        if result.outage == BRIEF and figures.first_io_s is None:
+            problems.append(f"{label}: I/O did not resume after the links came back (no I/O completed after it)")
+        if result.outage == LONG and figures.io_errors == 0:
+            problems.append(
+                f"{label}: no I/O error was seen although every path was down for {result.down_s:g} s, longer than "
+                "the path timeout: the timeout did not apply or the measurement cannot see errors"
+            )
+        problems.extend(failover_violations(figures, limits, database=database))
+    return problems
+
+
+READ_PROBE = 'dd if="$1" of=/dev/null bs=4096 count=1 iflag=direct status=none'
+
+
+def usable_after(hosts: Sequence[Host], devices: Mapping[str, str], within_s: float) -> list[str]:
+    """Every host reads its device again within ``within_s`` (polled each second); one sentence per host that
+    did not."""
+
+    def wait(host: Host) -> str | None:
+        deadline = time.monotonic() + within_s
+        while True:
+            probe = host.run(["sh", "-c", READ_PROBE, "sh", devices[host.name]], check=False, timeout=within_s + 30)
+            if probe.ok:
+                return None
+            if time.monotonic() >= deadline:
+                tail = (probe.stderr.strip().splitlines() or ["no message"])[-1]
+                return (
+                    f"{host.name}: {devices[host.name]} still cannot be read {within_s:g} s after the links came "
+                    f"back ({tail})"
+                )
+            time.sleep(1)
+
+    found = each(hosts, wait, check=False)
+    return [str(v) if isinstance(v, BaseException) else v for v in found.values() if v is not None]

@@ -1,0 +1,112 @@
+"""Path failover under I/O (issue 13, faults d and e): every path down while fio writes and verifies.
+
+On every initiator fio writes its own region (distinct offsets, ``verify=crc32c`` with ``verify_backlog``) and
+logs its IOPS every 100 ms; every initiator's storage link goes down at once and comes back:
+
+- ``all-paths-down-brief``: for less than the path timeout. I/O must resume with no I/O error and no verify
+  error; the stall is gated by the lab's ``max_stall_s``.
+- ``all-paths-down-long``: for longer than the path timeout. I/O errors must be seen on every host (proof the
+  measurement sees errors); afterwards every initiator reads its device again and writes and verifies a region.
+
+Per host the case reports the longest stall, the first I/O and the recovery to 90% after the fault, the I/O and
+verify errors. The path timeouts the cases run with come from the lab's ``failover`` section and are set only
+for the case, the old values recorded on each initiator first (a killed run's come back at the next start).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_fabricqa import integrity as ig
+from pytest_fabricqa import outage as og
+from pytest_fabricqa.failover import OUTAGES
+from pytest_fabricqa.fio.verify import Region
+from pytest_fabricqa.lab import LabModel, TargetModel
+from pytest_fabricqa.protocols import protocol as protocol_spec
+from pytest_fabricqa.provision import Fabric
+from pytest_fabricqa.report import model as rm
+from pytest_fabricqa.targets.base import UndoStack
+from pytest_fabricqa.thresholds import thresholds_for
+from pytest_fabricqa.transport.base import Host
+from pytest_fabricqa.verdict import WriteGuard
+
+pytestmark = pytest.mark.loads_target
+
+
+@pytest.mark.parametrize("outage", list(OUTAGES))
+def test_all_paths_down(
+    lab: LabModel, lab_target: TargetModel, protocol: str, outage: str, fabric: Fabric, lab_hosts: dict[str, Host],
+    write_guard: WriteGuard, fabricqa_report: Any, request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    """Every initiator's storage link down at once while fio writes and verifies, then up (see the module)."""
+    devices = ig.shared_devices(fabric.devices)
+    if not devices:
+        pytest.skip(f"{protocol}: the lab marks no exported device writable, so nothing is written")
+    write_guard.before_writes(protocol, fabric.devices, fabric.target)
+    device = devices[0]
+    names = [n for n in lab.hosts_with("initiator") if n in device.paths]
+    hosts = ig.hosts_by_name(lab_hosts, names)
+    settings = lab.failover
+    bs = ig.BLOCK_SIZES[settings.block_size]
+    regions = {n: Region(ig.BASE_OFFSET + slot * (settings.region_mb << 20), settings.region_mb << 20, bs)
+               for slot, n in enumerate(names)}  # fmt: skip
+    room = ig.room_problem(device, len(names), settings.region_mb << 20)
+    if room is not None:
+        pytest.skip(f"{protocol}: {room}")
+    undo = UndoStack()
+    try:
+        result = og.all_paths_down(
+            lab, hosts, device.paths, regions, name_prefix=lab_target.name_prefix,
+            subsystems=fabric.export.subsystems, family=protocol_spec(protocol).family, outage=outage, undo=undo,
+        )  # fmt: skip
+    finally:
+        failed_undo = undo.unwind()
+    limits = thresholds_for(lab.thresholds_table(), protocol, outage)
+    problems = og.outage_problems(result, limits, names, database=lab.database) + failed_undo
+    if outage == og.LONG:
+        problems += og.usable_after(hosts, device.paths, settings.recover_s)
+        if not problems:  # the fabric is usable again: each initiator writes and reads back a region
+            for host in hosts:
+                problems += ig.write_and_verify(host, device, bs, settings.region_mb << 20).problems
+    case = rm.Case(
+        nodeid=request.node.nodeid,
+        case_id=f"{protocol}-{fabric.target}-failover-{outage}",
+        suite="failover",
+        verdict="passed",
+        protocol=protocol,
+        target=fabric.target,
+        figures=_worst(result),
+        hosts={n: f.figures() for n, f in result.figures.items()},
+        thresholds=limits.limits(),
+        violations=tuple(problems),
+        extras={
+            "failover": {
+                "outage": outage,
+                "what": OUTAGES[outage],
+                "down_s": result.down_s,
+                "wall_s": round(result.wall_s, 1),
+                "faults": {
+                    n: {"start_ms": f.fault.start_ms, "end_ms": f.fault.end_ms} for n, f in result.figures.items()
+                },
+                "timeouts_before": result.timeouts,
+                "timeouts_applied": {"nvme": settings.nvme.model_dump(), "iscsi": settings.iscsi.model_dump()},
+            }
+        },
+    )
+    raw = fabricqa_report.raw_path(case.case_id).with_suffix(".failover")
+    for name, text in result.raw_files().items():
+        (raw / name).parent.mkdir(parents=True, exist_ok=True)
+        (raw / name).write_text(text)
+    fabricqa_report.record(case, request)
+    assert not problems, "\n".join(problems)
+
+
+def _worst(result: og.OutageResult) -> dict[str, float]:
+    """The case's figures: each the worst host's (longest stall, most errors)."""
+    worst: dict[str, float] = {}
+    for figures in result.figures.values():
+        for name, value in figures.figures().items():
+            worst[name] = max(worst.get(name, value), value)
+    return worst
