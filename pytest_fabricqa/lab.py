@@ -438,7 +438,12 @@ class FailoverSettings(_Model):
     seen), while fio writes and verifies; and the path timeouts the suite applies for its cases."""
 
     targets: tuple[str, ...] | None = None
-    """The lab's target names the suite runs on (default: every target)."""
+    """The targets the suite runs on, by name or kind (default: every target): ``[nvmet, lio]``."""
+
+    def runs_on(self, target: TargetModel) -> bool:
+        """Whether the suite runs on ``target``."""
+        return self.targets is None or target.name in self.targets or target.kind in self.targets
+
     before_s: float = Field(3.0, gt=0, le=600)
     """Seconds of I/O before the fault (the pre-fault throughput recovery is measured against)."""
     after_s: float = Field(4.0, gt=0, le=600)
@@ -528,10 +533,13 @@ class LabModel(_Model):
         for key in self.thresholds:
             if key != "*" and key not in PROTOCOLS:
                 raise ValueError(f"thresholds key {key!r} is not a protocol; use one of {', '.join(PROTOCOLS)} or '*'")
+        from pytest_fabricqa.targets import REGISTRY  # the targets package imports this module
+
+        known = [*dict.fromkeys([*(t.name for t in self.targets), *REGISTRY])]
         for name in self.failover.targets or ():
-            if name not in [t.name for t in self.targets]:
+            if name not in known:
                 raise ValueError(
-                    f"failover.targets: {name!r} is not a target of the lab ({', '.join(t.name for t in self.targets)})"
+                    f"failover.targets: {name!r} is neither a target of the lab nor a target kind ({', '.join(known)})"
                 )
         if self.vlab is not None:
             for name in self.vlab:

@@ -471,8 +471,8 @@ def _target_runs_workload(lab: LabModel, item: pytest.Item) -> bool:
     workload = callspec.params.get("workload", callspec.params.get("scaling_workload"))
     if workload is not None and target.workloads is not None and workload.name not in target.workloads:
         return False
-    if callspec.params.get("outage") is not None and lab.failover.targets is not None:
-        return target.name in lab.failover.targets
+    if callspec.params.get("outage") is not None:
+        return lab.failover.runs_on(target)
     bs = callspec.params.get("bs")
     if bs is not None and target.integrity_block_sizes is not None:
         from pytest_fabricqa.integrity import BLOCK_SIZES
