@@ -15,7 +15,7 @@ What a suite calls (``suites/test_failover.py``); no pytest here:
   measurement cannot see errors at all. Both are gated by the lab's limits for the outage's name
   (:data:`failover.OUTAGES`).
 - :func:`usable_after`: after the long outage, every initiator reads its device again within the lab's
-  ``failover.recover_s`` and writes and verifies a region.
+  ``failover.recover_s``, and :func:`verified_after`: each writes and verifies its region again.
 
 fio runs detached on each initiator (``setsid``): one SSH channel per command, none held open while links are
 down. A fio a killed run left behind ends by itself after its runtime (at most ``before_s + long_down_s +
@@ -45,7 +45,8 @@ from pytest_fabricqa.failover import (
 from pytest_fabricqa.fanout import each
 from pytest_fabricqa.fio.command import LOG_MARKER, split_logs
 from pytest_fabricqa.fio.parse import FioOutputError, fio_messages, parse_fio_output
-from pytest_fabricqa.fio.verify import VERIFY, VERIFY_BACKLOG, Region
+from pytest_fabricqa.fio.verify import VERIFY, VERIFY_BACKLOG, Region, run_verify
+from pytest_fabricqa.integrity import Outcome
 from pytest_fabricqa.lab import FailoverSettings, LabModel
 from pytest_fabricqa.oracle.settings import OracleSettings
 from pytest_fabricqa.targets.base import UndoStack
@@ -354,3 +355,17 @@ def usable_after(hosts: Sequence[Host], devices: Mapping[str, str], within_s: fl
 
     found = each(hosts, wait, check=False)
     return [str(v) if isinstance(v, BaseException) else v for v in found.values() if v is not None]
+
+
+def verified_after(hosts: Sequence[Host], devices: Mapping[str, str], regions: Mapping[str, Region]) -> list[str]:
+    """Every host writes its own region again and reads it back, all at once: the fabric is usable after the
+    outage. One sentence per mismatch, shortfall or failed run."""
+    outcome = Outcome()
+    runs = each(hosts, lambda h: run_verify(h, devices[h.name], [regions[h.name]], write=True), check=False)
+    for name, run in runs.items():
+        if isinstance(run, BaseException):
+            outcome.problems.append(f"{name}: the write and verify after the outage did not run: {run}")
+        else:
+            outcome.writers[regions[name]] = name
+            outcome.add(run)
+    return outcome.problems

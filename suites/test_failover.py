@@ -67,9 +67,8 @@ def test_all_paths_down(
     problems = og.outage_problems(result, limits, names, database=lab.database) + failed_undo
     if outage == og.LONG:
         problems += og.usable_after(hosts, device.paths, settings.recover_s)
-        if not problems:  # the fabric is usable again: each initiator writes and reads back a region
-            for host in hosts:
-                problems += ig.write_and_verify(host, device, bs, settings.region_mb << 20).problems
+        if not problems:
+            problems += og.verified_after(hosts, device.paths, regions)
     case = rm.Case(
         nodeid=request.node.nodeid,
         case_id=f"{protocol}-{fabric.target}-failover-{outage}",
