@@ -278,6 +278,12 @@ class _RecordedFault:
     def inject(self, undo: UndoStack) -> float:
         """Check the object is ours, register the restore, write the record, then break the path; the host's
         Unix time (s) just after the path broke."""
+        self.arm(undo)
+        return self.fire()
+
+    def arm(self, undo: UndoStack) -> None:
+        """Everything :meth:`inject` does before the break: check, register the restore, write the record. A
+        caller that must break paths at a given moment arms first (several commands), then :meth:`fire` s (one)."""
         self._check()
         existing = _records(self.host, self.path).get(self.key)
         if existing is not None:
@@ -300,6 +306,9 @@ class _RecordedFault:
         faults = _records(self.host, self.path)
         faults[self.key] = record
         _write_records(self.host, self.path, faults)
+
+    def fire(self) -> float:
+        """Break the path (after :meth:`arm`); the host's Unix time (s) just after."""
         try:
             return _clock(self._inject(), f"inject '{self.name}'")
         except CommandError as exc:

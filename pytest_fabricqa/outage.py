@@ -59,6 +59,7 @@ IODEPTH = 4
 RATE_IOPS = 1000
 """Per host: enough lines in every window, little enough for an emulated lab whose cores other runs share."""
 WORKDIR = "/tmp"
+RUNTIME_MARGIN_S = 60
 
 # Starts fio detached in a fresh folder: the folder is printed; "start"/"end" hold the host's Unix ms around
 # fio, "rc" its exit code, "pid" the leader of fio's own session (kill -- -PID stops it). Fixed text: the
@@ -68,10 +69,15 @@ set -e
 d=$(mktemp -d "$1/fabricqa-failover.XXXXXX")
 shift
 cd "$d"
-setsid sh -c 'date +%s%3N > start; "$@" > fio.json 2> fio.err; echo $? > rc; date +%s%3N > end' sh "$@" \
-  < /dev/null > /dev/null 2>&1 &
+setsid sh -c 'date +%s%3N > start; "$@" > fio.json 2> fio.err & echo $! > fio.pid; wait $!; echo $? > rc
+  date +%s%3N > end' sh "$@" < /dev/null > /dev/null 2>&1 &
 echo $! > pid
 echo "$d"
+"""
+# Ends fio as Ctrl-C would (it writes its report and logs): the run lasts as long as the outage took.
+FIO_END = r"""
+d=$1
+[ -e "$d/end" ] || [ ! -s "$d/fio.pid" ] || kill -INT "$(cat "$d/fio.pid")" 2>/dev/null || true
 """
 # Waits for fio to end (up to $2 s), then prints its JSON and every other file after a log marker.
 FIO_COLLECT = (
@@ -105,7 +111,7 @@ rm -rf "$d"
 
 
 def fio_argv(host: str, device: str, region: Region, runtime_s: int, *, fio: str = "fio") -> list[str]:
-    """fio writing ``region`` of ``device`` over and over for ``runtime_s`` seconds, each block verified soon
+    """fio writing ``region`` of ``device`` over and over for at most ``runtime_s`` seconds, each block verified soon
     after it was written (``verify_backlog``), going on after errors (so they are counted, not fatal), logging
     IOPS per :data:`INTERVAL_MS` on the Unix clock (the clock :func:`faults.fault_window` reads)."""
     return [
@@ -240,7 +246,9 @@ def all_paths_down(
     down_s = settings.brief_down_s if outage == BRIEF else settings.long_down_s
     result = OutageResult(outage, down_s)
     began = time.monotonic()
-    runtime_s = math.ceil(settings.before_s + down_s + settings.after_s)
+    # fio is ended (SIGINT) once the links are back for after_s; the runtime is only a bound. Under emulation a
+    # command to a guest takes up to a second, so the outage's own commands add seconds.
+    runtime_s = math.ceil(settings.before_s + down_s + settings.after_s) + RUNTIME_MARGIN_S
 
     def set_timeouts(host: Host) -> dict[str, Any]:
         change = faults.PathTimeouts(
@@ -254,14 +262,17 @@ def all_paths_down(
         return dict(change.params.get("read", {}))
 
     result.timeouts = _settled(each(hosts, set_timeouts, check=False))
+    links = {h.name: faults.LinkDown(lab, h, name_prefix) for h in hosts}
+    _settled(each(hosts, lambda h: links[h.name].arm(undo)))  # checked and recorded before fio starts
     folders = _settled(
         each(hosts, lambda h: start_fio(h, fio_argv(h.name, devices[h.name], regions[h.name], runtime_s), undo))
     )
     time.sleep(settings.before_s)
-    links = {h.name: faults.LinkDown(lab, h, name_prefix) for h in hosts}
-    down = each(hosts, lambda h: links[h.name].inject(undo), check=False)
+    down = each(hosts, lambda h: links[h.name].fire(), check=False)
     time.sleep(down_s)
     up = each(hosts, lambda h: links[h.name].restore(), check=False)
+    time.sleep(settings.after_s)
+    each(hosts, lambda h: h.run(["sh", "-c", FIO_END, "sh", folders[h.name]]), check=False)
     for name in [h.name for h in hosts]:
         for what, outcome in (("down", down[name]), ("up", up[name])):
             if isinstance(outcome, BaseException):

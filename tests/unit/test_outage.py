@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -343,3 +344,32 @@ def test_a_failover_target_that_is_neither_a_target_nor_a_kind_is_refused_at_loa
 def test_a_brief_outage_that_is_not_shorter_than_the_long_one_is_refused() -> None:
     with pytest.raises(ValueError, match=r"brief_down_s \(20\) must be shorter than long_down_s \(16\)"):
         FailoverSettings(brief_down_s=20, long_down_s=16)
+
+
+def test_the_brief_outage_recorded_on_the_lab_resumed_without_an_error() -> None:
+    """nvme-tcp on nvmet, vnode1: the links down 2 s (3.3 s from the down to the up command's return), fio's
+    I/O stalled 2.9 s, then resumed; no error."""
+    figures, problems = outage._figures(recorded_run("nvme-tcp-brief-vnode1"), recorded_fault("nvme-tcp-brief-vnode1"))
+    assert problems == [] and figures is not None
+    assert 2.0 <= figures.stall_s <= 4.0 and figures.first_io_s is not None
+    assert (figures.io_errors, figures.verify_errors) == (0, 0)
+    done = outage.OutageResult(BRIEF, 2.0, {"vnode1": figures})
+    assert outage.outage_problems(done, Thresholds(max_stall_s=10), ["vnode1"]) == []
+    (problem,) = outage.outage_problems(done, Thresholds(max_stall_s=1), ["vnode1"])  # an impossible limit fires
+    assert "longest stall 2.9 s is above the maximum of 1 s" in problem
+
+
+def test_the_long_outage_recorded_on_the_lab_saw_io_errors_and_fio_ended_at_them() -> None:
+    """The same, the links down 16 s: with fast_io_fail_tmo 2 s and the path disk's io_timeout 3 s the host failed
+    I/O 5 s after the down (667 errors counted); fio 3.33 then ended its job with error 5 (EIO) although
+    ``continue_on_error=all``, so no I/O after the fault is in the run (the suite's read and verify after it is the
+    proof the fabric came back)."""
+    run = recorded_run("nvme-tcp-long-vnode1")
+    figures, problems = outage._figures(run, recorded_fault("nvme-tcp-long-vnode1"))
+    assert problems == [] and figures is not None
+    assert figures.io_errors == 667 and figures.verify_errors == 0 and figures.first_io_s is None
+    done = outage.OutageResult(LONG, 16.0, {"vnode1": figures})
+    assert outage.outage_problems(done, Thresholds(max_stall_s=1, max_io_errors=0), ["vnode1"]) == []
+    no_errors = outage.OutageResult(LONG, 16.0, {"vnode1": replace(figures, io_errors=0)})
+    (problem,) = outage.outage_problems(no_errors, Thresholds(), ["vnode1"])
+    assert "no I/O error was seen" in problem
