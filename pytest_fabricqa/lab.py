@@ -440,8 +440,13 @@ class FailoverSettings(_Model):
     targets: tuple[str, ...] | None = None
     """The targets the suite runs on, by name or kind (default: every target): ``[nvmet, lio]``."""
 
-    def runs_on(self, target: TargetModel) -> bool:
-        """Whether the suite runs on ``target``."""
+    protocols: tuple[Protocol, ...] | None = None
+    """The protocols the suite runs on (default: every protocol of the run)."""
+
+    def runs_on(self, target: TargetModel, protocol: str | None = None) -> bool:
+        """Whether the suite runs on ``target`` (over ``protocol``)."""
+        if protocol is not None and self.protocols is not None and protocol not in self.protocols:
+            return False
         return self.targets is None or target.name in self.targets or target.kind in self.targets
 
     before_s: float = Field(3.0, gt=0, le=600)

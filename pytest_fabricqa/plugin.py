@@ -472,7 +472,7 @@ def _target_runs_workload(lab: LabModel, item: pytest.Item) -> bool:
     if workload is not None and target.workloads is not None and workload.name not in target.workloads:
         return False
     if callspec.params.get("outage") is not None:
-        return lab.failover.runs_on(target)
+        return lab.failover.runs_on(target, callspec.params.get("protocol"))
     bs = callspec.params.get("bs")
     if bs is not None and target.integrity_block_sizes is not None:
         from pytest_fabricqa.integrity import BLOCK_SIZES

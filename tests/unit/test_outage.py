@@ -329,6 +329,7 @@ def recorded_fault(name: str) -> Fault:
 def test_the_virtual_lab_runs_the_failover_suite_on_its_kernel_targets_only() -> None:
     model = lab()
     assert [t.name for t in model.targets if model.failover.runs_on(t)] == ["nvmet", "lio"]
+    assert [p for p in model.protocols if model.failover.runs_on(model.targets[0], p)] == ["nvme-tcp", "iscsi"]
     assert model.failover.brief_down_s < model.failover.long_down_s
 
 
