@@ -68,6 +68,24 @@ for a; do ip -o addr show dev "$i" | grep -qF " $a " || ip addr add "$a" dev "$i
 """
     + CLOCK
 )
+# Every frame in and out of the link dropped, the link itself left up: tc's clsact qdisc, a matchall filter on each
+# side whose action is drop. The restore removes the qdisc (and with it both filters) if it is there.
+LINK_DROP = (
+    r"""
+set -e
+tc qdisc add dev "$1" clsact
+tc filter add dev "$1" ingress matchall action drop
+tc filter add dev "$1" egress matchall action drop
+"""
+    + CLOCK
+)
+LINK_UNDROP = (
+    r"""
+set -e
+if tc qdisc show dev "$1" | grep -q "^qdisc clsact "; then tc qdisc del dev "$1" clsact; fi
+"""
+    + CLOCK
+)
 NVMET_UNLINK = (
     r"""
 set -e
@@ -423,6 +441,63 @@ class LinkDown(_RecordedFault):
     def _restore(self) -> CommandResult:
         addresses = [str(a) for a in self.params.get("addresses", [])]
         return self.host.run(["sh", "-c", LINK_UP, "sh", self.interface, *addresses])
+
+
+class LinkDrop(LinkDown):
+    """A host's storage link losing every frame both ways while the link stays up (tc's clsact qdisc with a
+    matchall drop filter on ingress and egress; the restore deletes the qdisc): what an initiator sees when the
+    switch or the far end fails, with no link event on the host. The same interface rules as :class:`LinkDown`,
+    and refused when the interface has a clsact or ingress qdisc already (deleting ours would take someone else's
+    filters with it).
+
+    Soft-RoCE is why the virtual lab uses it: after ``ip link set eth1 down`` and ``up`` on the initiators, rxe
+    connections to the target failed for good (``rdma connection establishment failed (-104)``)."""
+
+    kind = "drop"
+
+    def __init__(self, lab: LabModel, host: Host, name_prefix: str, interface: str | None = None) -> None:
+        super().__init__(lab, host, name_prefix, interface)
+        self.name = f"{host.name} storage link {self.interface} dropping every frame"
+        self.key = f"drop:{self.interface}"
+
+    @classmethod
+    def from_record(cls, lab: LabModel, host: Host, name_prefix: str, record: Mapping[str, Any]) -> LinkDrop:
+        """The fault a record describes, to restore it."""
+        fault = cls(lab, host, name_prefix, str(record["params"]["interface"]))
+        fault.params = dict(record["params"])
+        return fault
+
+    def how(self) -> str:
+        return f"tc qdisc del dev {self.interface} clsact"
+
+    def _check(self) -> None:
+        super()._check()
+        result = self.host.run(["tc", "qdisc", "show", "dev", self.interface], check=False)
+        if not result.ok:
+            raise self._refuse(
+                f"the qdiscs of {self.interface} cannot be read (`tc qdisc show dev {self.interface}`: "
+                f"{command_tail(CommandError(result))})",
+                "install iproute2's tc on the host",
+            )
+        taken = [line for line in result.stdout.splitlines() if line.startswith(("qdisc clsact ", "qdisc ingress "))]
+        if taken:
+            raise self._refuse(
+                f"{self.interface} has a qdisc fabricqa did not add ({taken[0].strip()})",
+                f"remove it (tc qdisc del dev {self.interface} {taken[0].split()[1]}) or run on another interface",
+            )
+
+    def _inject(self) -> CommandResult:
+        return self.host.run(["sh", "-c", LINK_DROP, "sh", self.interface])
+
+    def _restore(self) -> CommandResult:
+        return self.host.run(["sh", "-c", LINK_UNDROP, "sh", self.interface])
+
+
+def link_outage(lab: LabModel, host: Host, name_prefix: str) -> LinkDown:
+    """The storage link fault the lab's ``failover.outage_by`` names: the link down, or every frame dropped."""
+    if lab.failover.outage_by == "drop":
+        return LinkDrop(lab, host, name_prefix)
+    return LinkDown(lab, host, name_prefix)
 
 
 def _is_ip(text: str) -> bool:
@@ -904,6 +979,7 @@ class PathTimeouts(_RecordedFault):
 
 REGISTRY: dict[str, Callable[[LabModel, Host, str, Mapping[str, Any]], _RecordedFault]] = {
     LinkDown.kind: LinkDown.from_record,
+    LinkDrop.kind: LinkDrop.from_record,
     NvmetPortDown.kind: NvmetPortDown.from_record,
     AnaStateChange.kind: AnaStateChange.from_record,
     LioPortalDown.kind: LioPortalDown.from_record,

@@ -443,6 +443,10 @@ class FailoverSettings(_Model):
     protocols: tuple[Protocol, ...] | None = None
     """The protocols the suite runs on (default: every protocol of the run)."""
 
+    outage_by: Literal["link-down", "drop"] = "link-down"
+    """How a path goes down: ``link-down`` (``ip link set IFACE down``, as a pulled cable or a dead NIC port) or
+    ``drop`` (every frame in and out dropped by tc while the link stays up, as a failed switch)."""
+
     def runs_on(self, target: TargetModel, protocol: str | None = None) -> bool:
         """Whether the suite runs on ``target`` (over ``protocol``)."""
         if protocol is not None and self.protocols is not None and protocol not in self.protocols:

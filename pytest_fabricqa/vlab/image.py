@@ -110,6 +110,11 @@ IMAGE_MODULES: tuple[str, ...] = (
     "bridge",
     "8021q",
     "af_packet",
+    # tc's clsact qdisc with a matchall filter whose action drops: a storage path that loses every frame while its
+    # link stays up (the failover suite's outage; faults.LinkDrop).
+    "sch_ingress",
+    "cls_matchall",
+    "act_gact",
 )
 KEEP_MODULE_DIRS: tuple[str, ...] = ("kernel/crypto/", "kernel/arch/x86/crypto/")
 

@@ -34,6 +34,7 @@ IQN = "iqn.2026-11.io.fabricqa:vstor"
 PORTAL = "10.10.10.19:3260"
 RECORDS = "/run/fabricqa/fabricqa-faults.json"
 T_DOWN, T_UP = "1764445200.250000000", "1764445203.750000000"
+CLSACT = "qdisc clsact ffff: parent ffff:fff1"  # `tc qdisc show dev eth1` with our qdisc (iproute2 6.1)
 DEAD = {"controller": "a-controller-that-was-killed", "pid": 4242, "started": 1}
 
 
@@ -56,6 +57,7 @@ class FaultHost(ScriptedHost):
         super().__init__(name)
         self.files: dict[str, str] = {}
         self.link_up = True
+        self.qdiscs = ["qdisc fq_codel 0: root refcnt 2 limit 10240p flows 1024 quantum 1514 target 5ms"]
         self.links: dict[int, set[str]] = {1: {NQN}}  # nvmet port -> linked subsystems (port 1 as recorded)
         self.ana = "optimized"
         self.portals: dict[str, str] = {PORTAL: "1"}  # LIO portal -> iser
@@ -100,6 +102,18 @@ class FaultHost(ScriptedHost):
         if script == faults.LINK_UP:
             failed = self._event("restore", script)
             self.link_up = self.link_up or failed is None
+            return failed or T_UP + "\n"
+        if argv[:4] == ("tc", "qdisc", "show", "dev"):
+            return "".join(line + "\n" for line in self.qdiscs)
+        if script == faults.LINK_DROP:
+            failed = self._event("break", script)
+            if failed is None:
+                self.qdiscs.append(CLSACT)
+            return failed or T_DOWN + "\n"
+        if script == faults.LINK_UNDROP:
+            failed = self._event("restore", script)
+            if failed is None and CLSACT in self.qdiscs:
+                self.qdiscs.remove(CLSACT)
             return failed or T_UP + "\n"
         if script == NVMET_SNAPSHOT:
             lines = (DATA / "targets" / "nvmet-snapshot-tcp.txt").read_text().splitlines()
@@ -356,6 +370,55 @@ def test_leftover_faults_sees_a_record_and_the_leftovers_gate_with_it() -> None:
     assert expected in provision.leftovers(lab(), {"vnode1": host})
     faults.restore_stale(lab(), {"vnode1": host})
     assert faults.leftover_faults(lab(), {"vnode1": host}) == []
+
+
+# -- every frame dropped, the link up (the virtual lab's outage: Soft-RoCE does not survive a link down) ----------
+
+
+def drop_lab() -> LabModel:
+    data = lab().model_dump()
+    data["failover"]["outage_by"] = "drop"
+    return LabModel.model_validate(data)
+
+
+def test_a_drop_fault_adds_tcs_clsact_after_its_record_and_its_restore_removes_it() -> None:
+    host = FaultHost()
+    fault = faults.link_outage(drop_lab(), host, "fabricqa")
+    assert isinstance(fault, faults.LinkDrop)
+    assert isinstance(faults.link_outage(lab(), host, "fabricqa"), faults.LinkDown)
+    undo = UndoStack()
+    fault.inject(undo)
+    (what, records), *_ = host.events
+    assert what == "break" and records["drop:eth1"]["restore"] == "tc qdisc del dev eth1 clsact"
+    assert CLSACT in host.qdiscs and host.link_up, "the link itself stays up"
+    assert undo.unwind() == [] and CLSACT not in host.qdiscs and host.records() == {}
+    fault.restore()  # nothing left to remove: no error
+    assert [what for what, _ in host.events] == ["break", "restore", "restore"]
+
+
+def test_a_killed_runs_drop_is_removed_at_the_next_start_from_its_record() -> None:
+    host = FaultHost()
+    faults.link_outage(drop_lab(), host, "fabricqa").inject(UndoStack())
+    records = host.records()
+    records["drop:eth1"]["owner"] = DEAD
+    host.files[RECORDS] = json.dumps({"kind": "faults", "faults": records})
+    assert faults.restore_stale(lab(), {"vnode1": host}) == [
+        "vnode1: restored 'vnode1 storage link eth1 dropping every frame' that pid 4242 on "
+        "a-controller-that-was-killed left (tc qdisc del dev eth1 clsact)"
+    ]
+    assert CLSACT not in host.qdiscs and host.records() == {}
+
+
+def test_a_drop_on_a_link_with_a_clsact_or_ingress_qdisc_someone_else_added_is_refused() -> None:
+    for foreign in (CLSACT, "qdisc ingress ffff: parent ffff:fff1 ----------------"):
+        host = FaultHost()
+        host.qdiscs.append(foreign)
+        refused(
+            host,
+            faults.link_outage(drop_lab(), host, "fabricqa"),
+            r"^vnode1: refused to inject 'vnode1 storage link eth1 dropping every frame': eth1 has a qdisc fabricqa "
+            r"did not add \(qdisc (clsact|ingress) ffff: .*\); remove it \(tc qdisc del dev eth1 (clsact|ingress)\)",
+        )
 
 
 # -- refused ---------------------------------------------------------------------------------------------------------
