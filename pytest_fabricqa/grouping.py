@@ -29,11 +29,12 @@ def runs_together(
     *,
     phase: Callable[[T], int],
     key: Callable[[T], Hashable | None],
-    last: Callable[[T], bool] = lambda _: False,
+    last: Callable[[T], int] = lambda _: 0,
 ) -> list[T]:
     """``items`` ordered by phase (stable), and within a phase every item of one key (a (protocol, target)
-    pair) moved up to the first item of that key, so each key's items run in one stretch, the key's ``last``
-    items at the end of its stretch; items without a key keep their place relative to each other."""
+    pair) moved up to the first item of that key, so each key's items run in one stretch, ordered by ``last``
+    (stable: 0 first, then 1, ...; True counts as 1) at the end of its stretch; items without a key keep their
+    place relative to each other."""
     out: list[T] = []
     for current in sorted({phase(i) for i in items}):
         in_phase = [i for i in items if phase(i) == current]
@@ -48,5 +49,5 @@ def runs_together(
                 out.append(item)
             elif k in blocks:
                 block = blocks.pop(k)
-                out.extend([i for i in block if not last(i)] + [i for i in block if last(i)])
+                out.extend(sorted(block, key=lambda i: int(last(i))))
     return out

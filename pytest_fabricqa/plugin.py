@@ -145,6 +145,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "fabricqa_last_in_pair: runs after every other case of its (protocol, target), e.g. one that tears "
         "the fabric down",
     )
+    config.addinivalue_line(
+        "markers",
+        "fabricqa_late_in_pair: runs after the other cases of its (protocol, target) but before its last ones, "
+        "e.g. one that breaks paths after the pair's figures are measured",
+    )
     config.addinivalue_line("markers", "vlab: needs the virtual lab (QEMU guests); slow")
     value = config.getoption("lab", None)
     if not value:
@@ -393,7 +398,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items,
         phase=lambda i: phase.get(_phase_of(i), 1),
         key=_pair_of,
-        last=lambda i: i.get_closest_marker("fabricqa_last_in_pair") is not None,
+        last=_late_rank,
     )
 
 
@@ -409,6 +414,13 @@ def pytest_runtest_makereport(
         report.longrepr = str(excinfo.value)
         report.fabricqa_user_error = True  # type: ignore[attr-defined]
     return report
+
+
+def _late_rank(item: pytest.Item) -> int:
+    """Where a case goes in its pair's stretch: 0 in file order, 1 late (``fabricqa_late_in_pair``), 2 last."""
+    if item.get_closest_marker("fabricqa_last_in_pair") is not None:
+        return 2
+    return 1 if item.get_closest_marker("fabricqa_late_in_pair") is not None else 0
 
 
 def _phase_of(item: pytest.Item) -> str:

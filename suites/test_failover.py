@@ -35,6 +35,7 @@ from pytest_fabricqa.verdict import WriteGuard
 pytestmark = pytest.mark.loads_target
 
 
+@pytest.mark.fabricqa_late_in_pair  # its outages come after the pair's figures are measured
 @pytest.mark.parametrize("outage", list(OUTAGES))
 def test_all_paths_down(
     lab: LabModel, lab_target: TargetModel, protocol: str, outage: str, fabric: Fabric, lab_hosts: dict[str, Host],

@@ -165,6 +165,11 @@ def test_each_pairs_cases_run_in_one_stretch_and_phases_stay_in_order() -> None:
     # A pair's tear-down case (marked last in its pair) moves to the end of that pair's stretch only.
     ordered = runs_together(items, phase=lambda i: i[0], key=lambda i: i[1], last=lambda i: i[2] == "conn-nvmet")
     assert [i[2] for i in ordered][:4] == ["before", "fio-nvmet", "conn-nvmet", "prereq-a"]
+    # A late case (the failover suite's) goes after the others and before the last (rank 0, 1, 2).
+    rank = {"conn-nvmet": 2, "fio-nvmet": 1}
+    items.insert(1, (1, ("nvme-rdma", "nvmet"), "perf-nvmet"))
+    ordered = runs_together(items, phase=lambda i: i[0], key=lambda i: i[1], last=lambda i: rank.get(i[2], 0))
+    assert [i[2] for i in ordered][:5] == ["before", "perf-nvmet", "fio-nvmet", "conn-nvmet", "prereq-a"]
 
 
 def test_connect_fabric_provisions_the_named_target_one_pair_per_host_and_reads_its_queue_limits(
