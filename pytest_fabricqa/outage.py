@@ -97,6 +97,32 @@ for f in *; do
 done
 """
 )
+# Waits (up to $2 s) until the block device $1 has completed a read or write since the script began: the fault
+# fires only once I/O flows (fio's set-up took seconds on a loaded emulated guest, and a fault before the first
+# completion measures nothing). Counted on the device, the devices under it (a device-mapper map's slaves) and,
+# for an NVMe multipath head (nvmeXnY, whose own counters Linux 6.1 leaves at zero), its paths nvmeXcZnY.
+# $3: the sysfs block folder, for tests.
+IO_FLOWING = r"""
+r=${3:-/sys/class/block}
+d=$(basename "$(readlink -f "$1")")
+count() {
+  for f in "$r/$d/stat" "$r/$d"/slaves/*; do
+    [ "${f##*/}" = stat ] || f=$r/${f##*/}/stat
+    [ -e "$f" ] && cat "$f"
+  done
+  case $d in nvme*n*) for f in "$r/${d%n*}"c*n"${d##*n}"/stat; do [ -e "$f" ] && cat "$f"; done ;; esac
+}
+a=$(count | awk '{n += $1 + $5} END {print n + 0}')
+end=$(( $(date +%s) + $2 ))
+while [ "$(date +%s)" -lt "$end" ]; do
+  [ "$(count | awk '{n += $1 + $5} END {print n + 0}')" -gt "$a" ] && exit 0
+  sleep 0.2
+done
+exit 1
+"""
+IO_FLOWING_WAIT_S = 60
+"""How long fio may take from its start to its first completion before the case gives up."""
+
 # The undo: stop fio if it still runs, remove the folder. Idempotent.
 FIO_STOP = r"""
 d=$1
@@ -161,6 +187,18 @@ def start_fio(host: Host, argv: Sequence[str], undo: UndoStack) -> str:
 
     undo.push(f"stop fio in {folder} on {host.name}", stop)
     return folder
+
+
+def wait_for_io(host: Host, device: str, wait_s: int = IO_FLOWING_WAIT_S) -> None:
+    """Return once ``device`` on ``host`` completes I/O; :class:`faults.FaultError` if it did not within ``wait_s``."""
+    result = host.run(["sh", "-c", IO_FLOWING, "sh", device, str(wait_s)], check=False, timeout=wait_s + 60)
+    if not result.ok:
+        raise faults.FaultError(
+            host.name,
+            f"no I/O completed on {device} within {wait_s} s of fio's start, so no fault was injected "
+            f"(exit {result.exit_code})",
+            "check the device answers (the connectivity suite) and fio's output in the case's raw files",
+        )
 
 
 def collect_fio(host: Host, folder: str, wait_s: int) -> HostRun:
@@ -262,11 +300,12 @@ def all_paths_down(
         return dict(change.params.get("read", {}))
 
     result.timeouts = _settled(each(hosts, set_timeouts, check=False))
-    links = {h.name: faults.LinkDown(lab, h, name_prefix) for h in hosts}
+    links = {h.name: faults.link_outage(lab, h, name_prefix) for h in hosts}
     _settled(each(hosts, lambda h: links[h.name].arm(undo)))  # checked and recorded before fio starts
     folders = _settled(
         each(hosts, lambda h: start_fio(h, fio_argv(h.name, devices[h.name], regions[h.name], runtime_s), undo))
     )
+    _settled(each(hosts, lambda h: wait_for_io(h, devices[h.name])))
     time.sleep(settings.before_s)
     down = each(hosts, lambda h: links[h.name].fire(), check=False)
     time.sleep(down_s)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -311,6 +312,36 @@ def test_fio_writes_and_verifies_its_own_region_and_logs_iops_on_the_unix_clock(
         assert option in argv
 
 
+@pytest.mark.parametrize("counted", ["nvme1n1", "nvme1c3n1"])
+def test_the_fault_waits_for_io_to_flow_and_gives_up_when_none_completes(tmp_path: Path, counted: str) -> None:
+    """The wait script, run for real on stat files laid out as /sys/class/block/DEV/stat (6.1's 17 fields): the
+    device's own counters, or an NVMe multipath head's path (nvme1c3n1; the head's own stay zero on 6.1)."""
+    for name in ("nvme1n1", "nvme1c3n1", "nvme1c3n11"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "stat").write_text(stat_line(100, 200))
+    device = tmp_path / "nvme1n1-link"
+    device.symlink_to(tmp_path / "nvme1n1")
+
+    def wait(seconds: int) -> subprocess.Popen[str]:
+        argv = ["sh", "-c", outage.IO_FLOWING, "sh", str(device), str(seconds), str(tmp_path)]
+        return subprocess.Popen(argv, text=True)
+
+    idle = wait(2)
+    (tmp_path / "nvme1c3n11" / "stat").write_text(stat_line(100, 300))  # another namespace's path: not ours
+    assert idle.wait(timeout=60) == 1, "a device that completes nothing must not let the fault fire"
+    flowing = wait(30)
+    writes = 200
+    while flowing.poll() is None and writes < 300:  # a write completes every 0.3 s, whenever the script looked first
+        writes += 1
+        (tmp_path / counted / "stat").write_text(stat_line(100, writes))
+        time.sleep(0.3)
+    assert flowing.wait(timeout=60) == 0
+
+
+def stat_line(reads: int, writes: int) -> str:
+    return f"     {reads} 0 800 10 {writes} 0 1608 20 0 30 30 0 0 0 0 0 0\n"
+
+
 def recorded_run(name: str) -> outage.HostRun:
     folder = DATA / "failover" / name
     logs = {p.name: p.read_text() for p in folder.iterdir() if p.name not in ("fio.json", "fault")}
@@ -326,10 +357,11 @@ def recorded_fault(name: str) -> Fault:
 # -- the lab section ----------------------------------------------------------------------------------------------
 
 
-def test_the_virtual_lab_runs_the_failover_suite_on_its_kernel_targets_only() -> None:
+def test_the_virtual_lab_runs_the_failover_suite_on_its_kernel_targets_over_every_protocol_by_dropping() -> None:
     model = lab()
     assert [t.name for t in model.targets if model.failover.runs_on(t)] == ["nvmet", "lio"]
-    assert [p for p in model.protocols if model.failover.runs_on(model.targets[0], p)] == ["nvme-tcp", "iscsi"]
+    assert [p for p in model.protocols if model.failover.runs_on(model.targets[0], p)] == list(model.protocols)
+    assert model.failover.outage_by == "drop", "Soft-RoCE does not survive a link down and up (labs/vlab.yaml)"
     assert model.failover.brief_down_s < model.failover.long_down_s
 
 
