@@ -32,7 +32,7 @@ import json
 import os
 import socket
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, Self
 
 from pytest_fabricqa.failover import Fault
 from pytest_fabricqa.fanout import each
@@ -381,8 +381,8 @@ class LinkDown(_RecordedFault):
         self.key = f"link:{self.interface}"
 
     @classmethod
-    def from_record(cls, lab: LabModel, host: Host, name_prefix: str, record: Mapping[str, Any]) -> LinkDown:
-        """The fault a record describes, to restore it."""
+    def from_record(cls, lab: LabModel, host: Host, name_prefix: str, record: Mapping[str, Any]) -> Self:
+        """The fault a record describes, to restore it (a :class:`LinkDrop`'s too)."""
         fault = cls(lab, host, name_prefix, str(record["params"]["interface"]))
         fault.params = dict(record["params"])
         return fault
@@ -459,13 +459,6 @@ class LinkDrop(LinkDown):
         super().__init__(lab, host, name_prefix, interface)
         self.name = f"{host.name} storage link {self.interface} dropping every frame"
         self.key = f"drop:{self.interface}"
-
-    @classmethod
-    def from_record(cls, lab: LabModel, host: Host, name_prefix: str, record: Mapping[str, Any]) -> LinkDrop:
-        """The fault a record describes, to restore it."""
-        fault = cls(lab, host, name_prefix, str(record["params"]["interface"]))
-        fault.params = dict(record["params"])
-        return fault
 
     def how(self) -> str:
         return f"tc qdisc del dev {self.interface} clsact"

@@ -60,3 +60,18 @@ class ScriptedHost:
     def close(self) -> None:
         """Nothing to release; remembered so a test can check the host was closed."""
         self.closed = True
+
+
+def answer_files(files: dict[str, str], argv: tuple[str, ...]) -> Answer:
+    """The plugin's small state files on a host with ``files`` (path -> text): its read (``cat`` if present), its
+    atomic write (``mv -f`` of the text to the path) and its ``rm -f``; ``None`` for any other command."""
+    script = argv[2] if argv[:2] == ("sh", "-c") else ""
+    if script == '[ ! -e "$1" ] || cat "$1"':
+        return files.get(argv[4], "")
+    if "mv -f" in script:
+        files[argv[5]] = argv[4]
+        return ""
+    if argv[:2] == ("rm", "-f"):
+        files.pop(argv[2], None)
+        return ""
+    return None

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import Answer, ScriptedHost
+from fakes import Answer, ScriptedHost, answer_files
 
 from pytest_fabricqa import faults, provision
 from pytest_fabricqa.lab import LabModel, load_lab
@@ -81,14 +81,9 @@ class FaultHost(ScriptedHost):
 
     def answer(self, argv: tuple[str, ...]) -> Answer:
         script = argv[2] if argv[:2] == ("sh", "-c") else ""
-        if script == '[ ! -e "$1" ] || cat "$1"':
-            return self.files.get(argv[4], "")
-        if "mv -f" in script:
-            self.files[argv[5]] = argv[4]
-            return ""
-        if argv[:2] == ("rm", "-f"):
-            self.files.pop(argv[2], None)
-            return ""
+        stored = answer_files(self.files, argv)
+        if stored is not None:
+            return stored
         if argv[:5] == ("ip", "-j", "addr", "show", "dev"):
             listing = eth1_listing(argv[5])
             if not self.link_up:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import Answer, ScriptedHost
+from fakes import Answer, ScriptedHost, answer_files
 
 from pytest_fabricqa import faults, outage
 from pytest_fabricqa.failover import BRIEF, LONG, FailoverFigures, Fault, Stall
@@ -90,14 +90,9 @@ class TimeoutsHost(ScriptedHost):
 
     def answer(self, argv: tuple[str, ...]) -> Answer:
         script = argv[2] if argv[:2] == ("sh", "-c") else ""
-        if script == '[ ! -e "$1" ] || cat "$1"':
-            return self.files.get(argv[4], "")
-        if "mv -f" in script:
-            self.files[argv[5]] = argv[4]
-            return ""
-        if argv[:2] == ("rm", "-f"):
-            self.files.pop(argv[2], None)
-            return ""
+        stored = answer_files(self.files, argv)
+        if stored is not None:
+            return stored
         if script == faults.TIMEOUTS_READ:
             return self.listing()
         if script == faults.TIMEOUTS_WRITE:
