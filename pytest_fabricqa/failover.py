@@ -278,6 +278,34 @@ class FailoverFigures:
         return found
 
 
+def throughput_points(series: HostSeries, fault: Fault) -> dict[str, list[float]]:
+    """The host's IOPS over time for the report's chart: ``t_s`` (each interval's end, seconds since the run's
+    first logged interval), ``iops``, and ``fault_s`` (the fault's start and end on the same axis). A window fio
+    logged no line for (no completion; a gap of a whole window or more) is drawn as zero: a point at zero after
+    the last line before the gap and before the first line after it."""
+    origin = series.start_ms
+    interval = series.interval_ms
+    t_s: list[float] = []
+    iops: list[float] = []
+
+    def add(ms: float, value: float) -> None:
+        t_s.append(round((ms - origin) / 1000, 3))
+        iops.append(round(value, 1))
+
+    previous: Interval | None = None
+    for item in series.intervals:
+        if previous is not None and item.start_ms - previous.end_ms >= interval:
+            add(previous.end_ms + interval / 2, 0.0)
+            add(item.start_ms - interval / 2, 0.0)
+        add(item.end_ms, item.completions * 1000 / max(item.end_ms - item.start_ms, 1))
+        previous = item
+    if previous is not None and series.end_ms - previous.end_ms > interval:
+        add(previous.end_ms + interval / 2, 0.0)
+        add(series.end_ms, 0.0)
+    return {"t_s": t_s, "iops": iops, "fault_s": [round((fault.start_ms - origin) / 1000, 3),
+                                                  round((fault.end_ms - origin) / 1000, 3)]}  # fmt: skip
+
+
 def measure(series: HostSeries, fault: Fault, errors: ErrorCounts | None = None) -> FailoverFigures:
     """Every failover figure of one host for one fault (the stall: the run's longest, whatever caused it)."""
     errors = errors or ErrorCounts(0, 0)

@@ -41,6 +41,7 @@ from pytest_fabricqa.failover import (
     failover_violations,
     host_series,
     measure,
+    throughput_points,
 )
 from pytest_fabricqa.fanout import each
 from pytest_fabricqa.fio.command import LOG_MARKER, split_logs
@@ -239,6 +240,8 @@ class OutageResult:
     wall_s: float = 0.0
     runs: dict[str, HostRun] = field(default_factory=dict)
     """What each host's fio left (its JSON, messages, logs), for the report's raw files."""
+    series: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    """Per host: IOPS over time and the fault window (:func:`failover.throughput_points`), for the report's chart."""
 
     def raw_files(self) -> dict[str, str]:
         """``host/file`` -> text of every host's fio output, with each host's fault times (Unix ms) as
@@ -253,15 +256,16 @@ class OutageResult:
         return files
 
 
-def _figures(run: HostRun, fault: Fault) -> tuple[FailoverFigures | None, list[str]]:
+def _figures(run: HostRun, fault: Fault) -> tuple[FailoverFigures | None, list[str], HostSeries | None]:
     try:
         result = parse_fio_output(run.stdout, host=run.host)
     except FioOutputError:
         said = "; ".join(fio_messages((), run.logs.get("fio.err", ""))[:3]) or "no output"
-        return None, [f"{run.host}: fio exited {run.exit_code} without a report ({said})"]
+        return None, [f"{run.host}: fio exited {run.exit_code} without a report ({said})"], None
     runtime_ms = max((job.runtime_ms for job in result.jobs), default=0)
     errors = count_errors(result, run.logs.get("fio.err", "") + "\n" + run.stdout)
-    return measure(series_of(run, runtime_ms), fault, errors), []
+    series = series_of(run, runtime_ms)
+    return measure(series, fault, errors), [], series
 
 
 def all_paths_down(
@@ -326,10 +330,13 @@ def all_paths_down(
         result.runs[host.name] = run
         if isinstance(injected, BaseException) or isinstance(restored, BaseException):
             continue
-        figures, problems = _figures(run, faults.fault_window(label, injected, restored))
+        fault = faults.fault_window(label, injected, restored)
+        figures, problems, series = _figures(run, fault)
         result.problems.extend(problems)
         if figures is not None:
             result.figures[host.name] = figures
+        if series is not None:
+            result.series[host.name] = throughput_points(series, fault)
     result.wall_s = time.monotonic() - began
     return result
 

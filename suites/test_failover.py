@@ -92,6 +92,7 @@ def test_all_paths_down(
                 },
                 "timeouts_before": result.timeouts,
                 "timeouts_applied": {"nvme": settings.nvme.model_dump(), "iscsi": settings.iscsi.model_dump()},
+                "series": result.series,  # IOPS over time per host and the fault window: the report's chart
             }
         },
     )

@@ -329,6 +329,33 @@ def timeseries_chart(
         return _svg(fig, chart_id)
 
 
+def failover_chart(
+    hosts: Mapping[str, tuple[Sequence[float], Sequence[float], tuple[float, float]]], *, chart_id: str
+) -> str | None:
+    """IOPS over time per host through a fault, the fault's window shaded (the hosts' windows together: the
+    earliest start to the latest end). ``hosts``: name -> (seconds, IOPS, (fault start s, fault end s)).
+    None when there is nothing to draw."""
+    lines = [(name, t, v, w) for name, (t, v, w) in hosts.items() if t]
+    if not lines:
+        return None
+    with plt.rc_context(_rc(chart_id)):
+        fig, axes = plt.subplots(1, 1, figsize=(9.6, 2.6), squeeze=False)
+        panel = axes[0][0]
+        _style(panel)
+        panel.set_title("IOPS over time through the fault", loc="left", fontsize=10, fontweight="bold", color=INK)
+        panel.set_xlabel("seconds since the host's first logged I/O")
+        start = min(w[0] for _, _, _, w in lines)
+        end = max(w[1] for _, _, _, w in lines)
+        panel.axvspan(start, max(end, start + 0.05), color=FAILED, alpha=0.12, linewidth=0, label="paths down")
+        for i, (name, t, v, _) in enumerate(lines):
+            panel.plot(list(t), list(v), label=name, color=SHADES[i % len(SHADES)], linewidth=1.2)
+        panel.set_ylim(bottom=0)
+        panel.yaxis.set_major_formatter(FuncFormatter(_thousands))
+        panel.legend(frameon=False, fontsize=8, labelcolor=MUTED)
+        fig.tight_layout()
+        return _svg(fig, chart_id)
+
+
 def scaling_chart(
     points: Sequence[tuple[int, float, float | None, float | None]],
     *,

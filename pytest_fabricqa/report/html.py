@@ -270,6 +270,28 @@ def _timeseries_chart(case: Case, chart_id: str) -> str | None:
     )
 
 
+def _failover_charts(run: Run, chart_ids: list[int]) -> list[tuple[str, str, str]]:
+    """(case id, what the fault was, chart) for every failover case whose hosts' IOPS over time were recorded."""
+    charts_out = []
+    for case in run.cases:
+        data = case.extras.get("failover") if case.suite == "failover" else None
+        if not isinstance(data, dict) or not isinstance(data.get("series"), dict):
+            continue
+        series = data["series"]
+        hosts: dict[str, tuple[list[float], list[float], tuple[float, float]]] = {}
+        for host, points in series.items():
+            try:
+                window = (float(points["fault_s"][0]), float(points["fault_s"][1]))
+                hosts[str(host)] = ([float(t) for t in points["t_s"]], [float(v) for v in points["iops"]], window)
+            except (KeyError, IndexError, TypeError, ValueError):
+                continue
+        chart_ids[0] += 1
+        svg = charts.failover_chart(hosts, chart_id=f"c{chart_ids[0]}")
+        if svg is not None:
+            charts_out.append((case.case_id, str(data.get("what", "")), svg))
+    return charts_out
+
+
 def _scaling_view(case: Case, chart_id: str) -> ScalingView | None:
     raw = case.extras.get("scaling")
     if not isinstance(raw, list):
@@ -594,6 +616,7 @@ def report_context(run: Run, *, title: str | None = None) -> dict[str, Any]:
             }
             for c in other
         ],
+        "failover_charts": _failover_charts(run, chart_ids),
         "baseline": run.baseline,
         "baseline_notes": [str(n) for n in run.extras.get("baseline_notes", []) if isinstance(n, str)]
         if isinstance(run.extras.get("baseline_notes"), list)

@@ -9,6 +9,7 @@ script also runs for real, on files in a temporary folder. fio's output is real:
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import time
@@ -377,14 +378,25 @@ def test_a_brief_outage_that_is_not_shorter_than_the_long_one_is_refused() -> No
 def test_the_brief_outage_recorded_on_the_lab_resumed_without_an_error() -> None:
     """nvme-tcp on nvmet, vnode1: the links down 2 s (3.3 s from the down to the up command's return), fio's
     I/O stalled 2.9 s, then resumed; no error."""
-    figures, problems = outage._figures(recorded_run("nvme-tcp-brief-vnode1"), recorded_fault("nvme-tcp-brief-vnode1"))
-    assert problems == [] and figures is not None
+    fault = recorded_fault("nvme-tcp-brief-vnode1")
+    figures, problems, series = outage._figures(recorded_run("nvme-tcp-brief-vnode1"), fault)
+    assert problems == [] and figures is not None and series is not None
     assert 2.0 <= figures.stall_s <= 4.0 and figures.first_io_s is not None
     assert (figures.io_errors, figures.verify_errors) == (0, 0)
     done = outage.OutageResult(BRIEF, 2.0, {"vnode1": figures})
     assert outage.outage_problems(done, Thresholds(max_stall_s=10), ["vnode1"]) == []
     (problem,) = outage.outage_problems(done, Thresholds(max_stall_s=1), ["vnode1"])  # an impossible limit fires
     assert "longest stall 2.9 s is above the maximum of 1 s" in problem
+    # The report's chart: windows without a line drawn as zero IOPS (on the emulated guest fio left 0.2-0.7 s
+    # without a completion now and then); the longest such stretch is the stall, and it overlaps the fault.
+    points = outage.throughput_points(series, fault)
+    start, end = points["fault_s"]
+    at = list(zip(points["t_s"], points["iops"], strict=True))
+    gaps = [(a[0], b[0]) for a, b in itertools.pairwise(at) if a[1] == 0 and b[1] == 0]
+    first, last = max(gaps, key=lambda g: g[1] - g[0])
+    assert 0 < start < end and first < end and last > start
+    assert last - first == pytest.approx(figures.stall_s - 0.1, abs=0.15)  # less the half windows at each side
+    assert points["t_s"] == sorted(points["t_s"]) and max(points["iops"]) > 0
 
 
 def test_the_long_outage_recorded_on_the_lab_saw_io_errors_and_fio_ended_at_them() -> None:
@@ -393,7 +405,7 @@ def test_the_long_outage_recorded_on_the_lab_saw_io_errors_and_fio_ended_at_them
     ``continue_on_error=all``, so no I/O after the fault is in the run (the suite's read and verify after it is the
     proof the fabric came back)."""
     run = recorded_run("nvme-tcp-long-vnode1")
-    figures, problems = outage._figures(run, recorded_fault("nvme-tcp-long-vnode1"))
+    figures, problems, _ = outage._figures(run, recorded_fault("nvme-tcp-long-vnode1"))
     assert problems == [] and figures is not None
     assert figures.io_errors == 667 and figures.verify_errors == 0 and figures.first_io_s is None
     done = outage.OutageResult(LONG, 16.0, {"vnode1": figures})

@@ -221,3 +221,38 @@ def test_targets_of_one_protocol_get_their_own_tables_and_seed_000s_comparison()
     assert "reactor cores are not known" in table
     html = render_html(run)
     assert 'id="targets"' in html and "nvmet (nvmet on el72h3: NVMe/RDMA); spdk (spdk on el72h3: NVMe/RDMA;" in html
+
+
+def test_a_failover_case_gets_its_hosts_iops_over_time_with_the_fault_shaded() -> None:
+    """The chart from a real recording (tests/data/failover: nvme-tcp on the virtual lab, vnode1, links down 2 s),
+    through results.json's own round trip."""
+    import json
+
+    from factories import make_run
+
+    from pytest_fabricqa import outage
+    from pytest_fabricqa.report.model import Case, case_from_dict, case_to_dict
+
+    folder = DATA.parent / "failover" / "nvme-tcp-brief-vnode1"
+    logs = {p.name: p.read_text() for p in folder.iterdir() if p.name not in ("fio.json", "fault")}
+    run = outage.HostRun("vnode1", (folder / "fio.json").read_text(), logs, int(logs["start"]), int(logs["end"]), 0)
+    start, end = (int(v) for v in (folder / "fault").read_text().split())
+    fault = outage.Fault("every storage link down 2 s", start, end)
+    _, _, series = outage._figures(run, fault)
+    assert series is not None
+    extras = {
+        "failover": {
+            "what": "every storage link down 2 s",
+            "series": {"vnode1": outage.throughput_points(series, fault)},
+        }
+    }
+    case = Case(suite="failover", verdict="passed", protocol="nvme-tcp", case_id="nvme-tcp-nvmet-failover-brief",
+                nodeid="suites/test_failover.py::test_all_paths_down[x]", extras=extras)  # fmt: skip
+    case = case_from_dict(json.loads(json.dumps(case_to_dict(case))))
+    page = render_html(make_run(case))
+    assert 'id="failover"' in page and 'href="#failover"' in page
+    assert "nvme-tcp-nvmet-failover-brief: every storage link down 2 s" in page
+    svg = page[page.index('id="failover"') :]
+    assert "paths down" in svg and "vnode1" in svg and "<svg" in svg
+    without = replace(case, extras={"failover": {"what": "x"}})
+    assert 'id="failover"' not in render_html(make_run(without)), "no series recorded: no chart, no section"
