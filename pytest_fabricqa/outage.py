@@ -1,13 +1,14 @@
 """Every path down under I/O (issue 13, faults d and e): fio writing and verifying on every initiator, every
-initiator's storage link down at once, back up, and each host's failover figures read from fio's IOPS log.
+initiator's storage path down at once, back up, and each host's failover figures read from fio's IOPS log.
 
 What a suite calls (``suites/test_failover.py``); no pytest here:
 
 - :func:`all_paths_down`: sets the lab's path timeouts on every initiator (:class:`faults.PathTimeouts`), starts
   fio on each one in the background (its own region, at a distinct offset: ``verify=crc32c`` with
   ``verify_backlog``, ``continue_on_error=all``, ``write_iops_log`` at ``log_avg_msec=100`` on the host's Unix
-  clock), takes every storage link down (:class:`faults.LinkDown`, all hosts at once) for the outage, brings
-  them up, waits for fio, and returns each host's :class:`failover.FailoverFigures`. Every change has its undo
+  clock), waits until every device completes I/O, takes every storage path down (the lab's
+  ``failover.outage_by``: :class:`faults.LinkDown` or :class:`faults.LinkDrop`, all hosts at once) for the outage,
+  brings them up, waits for fio, and returns each host's :class:`failover.FailoverFigures` and IOPS series. Every change has its undo
   on the caller's stack before it is made, and a record on its host (a SIGKILLed run's are undone at the next
   start).
 - :func:`outage_problems`: the verdict. The brief outage (shorter than the path timeout) must show no I/O or
