@@ -13,7 +13,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, IPvAnyAddress, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    IPvAnyAddress,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from pytest_fabricqa.errors import UserError
 from pytest_fabricqa.oracle.settings import OracleSettings
@@ -323,6 +332,9 @@ class TargetModel(_Model):
     integrity_block_sizes: tuple[Literal["4k", "8k", "1m"], ...] | None = None
     """The block sizes of the integrity suite's per-block-size checks this target runs (default: 4k, 8k and 1m);
     the reconnect, corruption and reservation checks run on every target whatever it says."""
+    integrity_protocols: tuple[Protocol, ...] | None = None
+    """The protocols this target runs the integrity suite over (default: every one it serves): a lab that
+    qualifies several targets can prove a second target's data path over fewer transports."""
     name_prefix: str = "fabricqa"
 
     @field_validator("kind")
@@ -332,6 +344,15 @@ class TargetModel(_Model):
 
         if value not in REGISTRY:
             raise ValueError(f"{value!r} is not a target kind; allowed: {', '.join(REGISTRY)}")
+        return value
+
+    @field_validator("integrity_protocols")
+    @classmethod
+    def _integrity_protocols(cls, value: tuple[str, ...] | None, info: ValidationInfo) -> tuple[str, ...] | None:
+        served = info.data.get("protocols", ())
+        for protocol in value or ():
+            if protocol not in served:
+                raise ValueError(f"names {protocol}, which the target does not serve; it serves {', '.join(served)}")
         return value
 
     @field_validator("name")

@@ -150,6 +150,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "fabricqa_late_in_pair: runs after the other cases of its (protocol, target) but before its last ones, "
         "e.g. one that breaks paths after the pair's figures are measured",
     )
+    config.addinivalue_line(
+        "markers",
+        "fabricqa_integrity: an integrity case: runs only over the protocols its target's integrity_protocols names",
+    )
     config.addinivalue_line("markers", "vlab: needs the virtual lab (QEMU guests); slow")
     value = config.getoption("lab", None)
     if not value:
@@ -472,8 +476,8 @@ def _pair_of(item: pytest.Item) -> tuple[str, str] | None:
 
 def _target_runs_workload(lab: LabModel, item: pytest.Item) -> bool:
     """False for a case of a workload its target's ``workloads`` list leaves out, of an integrity block size
-    its ``integrity_block_sizes`` leaves out, or of a failover outage on a target ``failover.targets`` leaves
-    out."""
+    its ``integrity_block_sizes`` leaves out, of an integrity case over a protocol its ``integrity_protocols``
+    leaves out, or of a failover outage on a target ``failover.targets`` leaves out."""
     callspec = getattr(item, "callspec", None)
     if callspec is None:
         return True
@@ -485,6 +489,12 @@ def _target_runs_workload(lab: LabModel, item: pytest.Item) -> bool:
         return False
     if callspec.params.get("outage") is not None:
         return lab.failover.runs_on(target, callspec.params.get("protocol"))
+    if (
+        item.get_closest_marker("fabricqa_integrity") is not None
+        and target.integrity_protocols is not None
+        and callspec.params.get("protocol") not in target.integrity_protocols
+    ):
+        return False
     bs = callspec.params.get("bs")
     if bs is not None and target.integrity_block_sizes is not None:
         from pytest_fabricqa.integrity import BLOCK_SIZES

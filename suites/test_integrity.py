@@ -29,7 +29,7 @@ from pytest_fabricqa.targets.base import UndoStack
 from pytest_fabricqa.transport.base import Host
 from pytest_fabricqa.verdict import WriteGuard
 
-pytestmark = pytest.mark.loads_target
+pytestmark = [pytest.mark.loads_target, pytest.mark.fabricqa_integrity]
 
 BLOCK_SIZES = pytest.mark.parametrize("bs", list(ig.BLOCK_SIZES.values()), ids=list(ig.BLOCK_SIZES))
 LABEL = {size: label for label, size in ig.BLOCK_SIZES.items()}

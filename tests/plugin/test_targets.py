@@ -261,6 +261,46 @@ def test_a_targets_workloads_narrow_its_points_and_a_name_the_sets_lack_is_one_l
     assert len([line for line in result.stderr.lines if line.strip()]) == 1
 
 
+INTEGRITY_CASES = """
+import pytest
+
+
+@pytest.mark.fabricqa_integrity
+def test_verify(protocol, target_name):
+    pass
+
+
+def test_connect(protocol, target_name):
+    pass
+"""
+
+
+def test_integrity_protocols_narrow_a_targets_integrity_cases_and_a_protocol_it_does_not_serve_is_one_line(
+    pytester: pytest.Pytester,
+) -> None:
+    """targets[].integrity_protocols: the integrity cases (marked fabricqa_integrity) of a target run over the
+    protocols it names; its other cases run over every protocol it serves."""
+    text = TWO_TARGETS.replace("protocols: [nvme-tcp, iscsi]", "protocols: [nvme-tcp, nvme-rdma, iscsi]").replace(
+        "    protocols: [nvme-tcp]\n    devices: {d0: {path: /dev/ram0}}\n    nvme:",
+        "    protocols: [nvme-tcp, nvme-rdma]\n    integrity_protocols: [nvme-rdma]\n    devices: {d0: {path: /dev/ram0}}\n    nvme:",
+        1,
+    )
+    assert "integrity_protocols" in text
+    lab = _two(pytester, text)
+    pytester.makepyfile(test_cases=INTEGRITY_CASES)
+    result = pytester.runpytest(f"--lab={lab}", "--target=nvmet", "--collect-only", "-q", "test_cases.py")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    ids = sorted(line.split("::")[1] for line in result.stdout.lines if "::" in line)
+    assert ids == ["test_connect[nvme-rdma-nvmet]", "test_connect[nvme-tcp-nvmet]", "test_verify[nvme-rdma-nvmet]"]
+
+    bad = _two(pytester, text.replace("integrity_protocols: [nvme-rdma]", "integrity_protocols: [iscsi]"))
+    result = pytester.runpytest_subprocess(f"--lab={bad}", "--collect-only", "-q", "test_cases.py")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: *two.yaml:*: targets[[]0[]].integrity_protocols: names iscsi, which the target "
+                                 "does not serve; it serves nvme-tcp, nvme-rdma*"])  # fmt: skip
+    assert len([line for line in result.stderr.lines if line.strip()]) == 1
+
+
 TEARDOWN_CONFTEST = """
 import pytest
 
