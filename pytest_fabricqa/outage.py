@@ -8,7 +8,8 @@ What a suite calls (``suites/test_failover.py``); no pytest here:
   ``verify_backlog``, ``continue_on_error=all``, ``write_iops_log`` at ``log_avg_msec=100`` on the host's Unix
   clock), waits until every device completes I/O, takes every storage path down (the lab's
   ``failover.outage_by``: :class:`faults.LinkDown` or :class:`faults.LinkDrop`, all hosts at once) for the outage,
-  brings them up, waits for fio, and returns each host's :class:`failover.FailoverFigures` and IOPS series. Every change has its undo
+  brings them up, after a brief outage waits until I/O flows again (at most :data:`RESUME_WAIT_S`), lets fio run
+  ``after_s`` more, ends it, and returns each host's :class:`failover.FailoverFigures` and IOPS series. Every change has its undo
   on the caller's stack before it is made, and a record on its host (a SIGKILLed run's are undone at the next
   start).
 - :func:`outage_problems`: the verdict. The brief outage (shorter than the path timeout) must show no I/O or
@@ -124,6 +125,9 @@ exit 1
 """
 IO_FLOWING_WAIT_S = 60
 """How long fio may take from its start to its first completion before the case gives up."""
+RESUME_WAIT_S = 60
+"""After a brief outage, how long fio keeps running for I/O to resume before it is ended anyway (the stall and
+the first I/O are then measured against the lab's limits; a device that never resumed fails the case)."""
 
 # The undo: stop fio if it still runs, remove the folder. Idempotent.
 FIO_STOP = r"""
@@ -315,6 +319,11 @@ def all_paths_down(
     down = each(hosts, lambda h: links[h.name].fire(), check=False)
     time.sleep(down_s)
     up = each(hosts, lambda h: links[h.name].restore(), check=False)
+    if outage == BRIEF:
+        # fio runs on until I/O flows again on every host (bounded), so a slow resume is measured as the stall it
+        # is rather than cut off by fio's end: a fixed after_s once ended fio while iSER was still logging in
+        # again after a brief outage, and the case could only say "I/O did not resume".
+        each(hosts, lambda h: wait_for_io(h, devices[h.name], RESUME_WAIT_S), check=False)
     time.sleep(settings.after_s)
     each(hosts, lambda h: h.run(["sh", "-c", FIO_END, "sh", folders[h.name]]), check=False)
     for name in [h.name for h in hosts]:
