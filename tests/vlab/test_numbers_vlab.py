@@ -1,8 +1,9 @@
 """The truth of the numbers on the virtual lab (issue 11): the queue settings the lab sets are the ones read back,
 each initiator runs its own random offset stream, and how far apart the hosts started is recorded when fio says.
 
-Runs on the three guests tests/vlab/conftest.py shares with the other modules here. The queue tests connect their
-own fabric and come first: the module's nvme-tcp fabric holds the target from its first use to the module's end.
+Runs on the three guests tests/vlab/conftest.py shares with the other modules here. The iSCSI tests connect their
+own fabric and come first: the module's nvme-tcp fabric (with the queue settings) holds the target from its first
+use to the module's end.
 """
 
 from __future__ import annotations
@@ -43,22 +44,17 @@ def _queue_settings(data: dict[str, Any]) -> None:
             target["nvme"].setdefault("connect", {}).update(nr_io_queues=1, queue_size=64)
 
 
-@pytest.mark.parametrize("protocol", ["iscsi", "nvme-tcp"])
-def test_queue_settings_are_set_and_read_back(vlab: Vlab, protocol: str) -> None:
+def test_iscsi_queue_settings_are_set_and_read_back(vlab: Vlab) -> None:
     _, hosts, _ = vlab
-    fabric = connect_fabric(make_lab(_queue_settings), protocol, hosts)
+    fabric = connect_fabric(make_lab(_queue_settings), "iscsi", hosts)
     try:
         queues = fabric.queues
     finally:
         fabric.teardown()
     for initiator in ("vnode1", "vnode2"):
-        if protocol == "iscsi":
-            assert queues[initiator] == {"node.session.queue_depth": 64, "node.session.cmds_max": 256}
-        else:
-            assert queues[initiator] == {"nr_io_queues": 1, "queue_size": 64}
-    if protocol == "iscsi":
-        # Set before the ACLs were made, so each initiator's ACL took the same window.
-        assert set(queues["vstor"].values()) == {96} and "default_cmdsn_depth" in queues["vstor"]
+        assert queues[initiator] == {"node.session.queue_depth": 64, "node.session.cmds_max": 256}
+    # Set before the ACLs were made, so each initiator's ACL took the same window.
+    assert set(queues["vstor"].values()) == {96} and "default_cmdsn_depth" in queues["vstor"]
 
 
 def test_the_stock_lab_records_the_defaults(vlab: Vlab) -> None:
@@ -75,13 +71,19 @@ def test_the_stock_lab_records_the_defaults(vlab: Vlab) -> None:
 
 @pytest.fixture(scope="module")
 def nvme_tcp(vlab: Vlab) -> Iterator[Fabric]:
-    """The nvme-tcp fabric, connected from both initiators for this module."""
-    lab, hosts, _ = vlab
-    fabric = connect_fabric(lab, "nvme-tcp", hosts)
+    """The nvme-tcp fabric, connected from both initiators for this module with the lab's queue settings (one
+    I/O queue of 64 entries per controller)."""
+    _, hosts, _ = vlab
+    fabric = connect_fabric(make_lab(_queue_settings), "nvme-tcp", hosts)
     try:
         yield fabric
     finally:
         fabric.teardown()
+
+
+def test_nvme_queue_settings_are_set_and_read_back(nvme_tcp: Fabric) -> None:
+    for initiator in ("vnode1", "vnode2"):
+        assert nvme_tcp.queues[initiator] == {"nr_io_queues": 1, "queue_size": 64}
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
-"""SCST and tgt on the virtual lab, for real: both initiators log in over iSCSI and iSER, the LUNs carry the unit
-serials the plugin set, a run SIGKILLed half-way through provisioning is cleaned by the next run, and a target an
-administrator made by hand beside ours is never touched.
+"""SCST and tgt on the virtual lab, for real: a run SIGKILLed half-way through provisioning is cleaned by the next
+run, whose initiators see the LUNs with the unit serials the plugin set, and a target an administrator made by
+hand beside ours is never touched.
 
 Runs on the guests tests/vlab/conftest.py shares (labs/vlab.yaml's shape), with the lab's LIO target swapped for an
 SCST or a tgt target on the same devices. Needs the image's SCST modules (scst, scst_vdisk, iscsi_scst,
@@ -23,7 +23,7 @@ import pytest
 from vlab_support import make_lab
 
 from pytest_fabricqa.lab import LabModel
-from pytest_fabricqa.provision import cleanup_stale, connect_fabric, leftovers
+from pytest_fabricqa.provision import Fabric, cleanup_stale, connect_fabric, leftovers
 from pytest_fabricqa.targets.scsi import unit_serial
 from pytest_fabricqa.transport.base import Host
 
@@ -49,35 +49,6 @@ def _as(kind: str, **settings: Any) -> Callable[[dict[str, Any]], None]:
 
 def _sh(host: Host, script: str, *args: str) -> str:
     return host.run(["sh", "-c", script, "sh", *args]).stdout
-
-
-# Logging in over iSCSI and iSER to SCST and tgt is the main job's (every connectivity case of the four pairs);
-# here the unit serials each kind sets, once per kind, over iSER (seed 000's transport, and tgt's harder one).
-@pytest.mark.parametrize(("kind", "protocol"), [("scst", "iser"), ("tgt", "iser")])
-def test_both_initiators_log_in_and_see_the_luns_with_their_serials(
-    vlab: tuple[LabModel, dict[str, Host], dict[str, str]], kind: str, protocol: str
-) -> None:
-    _, hosts, _ = vlab
-    lab = make_lab(_as(kind))
-    fabric = connect_fabric(lab, protocol, hosts)
-    try:
-        assert sorted(fabric.discovered) == ["vnode1", "vnode2"]
-        for initiator in ("vnode1", "vnode2"):
-            devices = {d.backing: d for d in fabric.devices_on(initiator)}
-            assert set(devices) == {"ram0", "nvme0"}
-            assert devices["ram0"].size_bytes == 512 * 1024**2 and devices["nvme0"].size_bytes == 1024**3
-            for name, device in devices.items():
-                # VPD page 0x80 as the initiator's kernel read it: the serial multipath will group paths by.
-                # (its 4-byte header skipped: page code 0x80 is not text)
-                serial = _sh(hosts[initiator], 'tail -c +5 "/sys/block/${1#/dev/}/device/vpd_pg80"', device.path)
-                assert serial.strip("\x00 \n") == unit_serial("fabricqa", IQN, name)
-                size = hosts[initiator].run(["blockdev", "--getsize64", device.path]).stdout.strip()
-                assert int(size) == device.size_bytes
-            session = hosts[initiator].run(["iscsiadm", "-m", "session"]).stdout
-            assert session.startswith("iser:" if protocol == "iser" else "tcp:")
-    finally:
-        fabric.teardown()
-    assert leftovers(lab, hosts) == []
 
 
 KILL_CHILD = textwrap.dedent(
@@ -111,9 +82,29 @@ KILL_CHILD = textwrap.dedent(
 )
 
 
-# Once per kind (the clean-up is the kind's, whatever the transport): SCST over iSER, tgt over iSCSI.
-@pytest.mark.parametrize(("kind", "protocol"), [("scst", "iser"), ("tgt", "iscsi")])
-def test_a_run_killed_mid_provisioning_is_cleaned_by_the_next_run(
+def _check_luns_and_serials(fabric: Fabric, hosts: dict[str, Host], protocol: str) -> None:
+    """Both initiators logged in over ``protocol`` and see both LUNs, each with the unit serial the plugin set (VPD
+    page 0x80 as the initiator's kernel read it: the serial multipath groups paths by) and its backing size."""
+    assert sorted(fabric.discovered) == ["vnode1", "vnode2"]
+    for initiator in ("vnode1", "vnode2"):
+        devices = {d.backing: d for d in fabric.devices_on(initiator)}
+        assert set(devices) == {"ram0", "nvme0"}
+        assert devices["ram0"].size_bytes == 512 * 1024**2 and devices["nvme0"].size_bytes == 1024**3
+        for name, device in devices.items():
+            # the page's 4-byte header skipped: page code 0x80 is not text
+            serial = _sh(hosts[initiator], 'tail -c +5 "/sys/block/${1#/dev/}/device/vpd_pg80"', device.path)
+            assert serial.strip("\x00 \n") == unit_serial("fabricqa", IQN, name)
+            size = hosts[initiator].run(["blockdev", "--getsize64", device.path]).stdout.strip()
+            assert int(size) == device.size_bytes
+        session = hosts[initiator].run(["iscsiadm", "-m", "session"]).stdout
+        assert session.startswith("iser:" if protocol == "iser" else "tcp:")
+
+
+# Once per kind (the clean-up is the kind's, whatever the transport), over iSER (seed 000's transport, and tgt's
+# harder one); the run after the kill is also where the unit serials each kind sets are read on both initiators.
+# (Logging in over iSCSI and iSER to SCST and tgt is the main job's: every connectivity case of the four pairs.)
+@pytest.mark.parametrize(("kind", "protocol"), [("scst", "iser"), ("tgt", "iser")])
+def test_a_run_killed_mid_provisioning_is_cleaned_by_the_next_run_which_sets_the_serials(
     vlab: tuple[LabModel, dict[str, Host], dict[str, str]], kind: str, protocol: str
 ) -> None:
     _, hosts, ssh = vlab
@@ -139,6 +130,7 @@ def test_a_run_killed_mid_provisioning_is_cleaned_by_the_next_run(
     try:
         assert fabric.stale_removed, "connect_fabric should report what it removed"
         assert len(fabric.devices) == 4
+        _check_luns_and_serials(fabric, hosts, protocol)
     finally:
         fabric.teardown()
     assert leftovers(lab, hosts) == []
