@@ -32,6 +32,7 @@ from pytest_fabricqa.targets.base import (
     target_index,
 )
 from pytest_fabricqa.targets.configfs import ConfigfsTarget
+from pytest_fabricqa.targets.scsi import unit_serial
 from pytest_fabricqa.transport.base import Host
 
 ROOT = "/sys/kernel/config/target"
@@ -109,12 +110,14 @@ rmdir "$t"
 
 @dataclass(frozen=True)
 class LioLun:
-    """A LUN: its number, the lab device behind it and the backstore that serves it."""
+    """A LUN: its number, the lab device behind it, the backstore that serves it and the unit serial number the
+    backstore reports (VPD page 0x80, and the NAA identifier of page 0x83 that initiators take as the WWID)."""
 
     lun: int
     backing: str
     path: str
     backstore: str  # "<name_prefix>_<device>"
+    serial: str
     writable: bool = False
     destructive_ok: bool = False
 
@@ -151,7 +154,8 @@ def plan_from_lab(lab: LabModel, model: TargetModel, protocol: str) -> LioPlan:
                 f"use letters, digits, '_', '.' and '-' in {where}.name_prefix and the device names",
             )
         dev = model.devices[name]
-        luns.append(LioLun(lun, name, dev.path, backstore, dev.writable, dev.destructive_ok))
+        serial = unit_serial(model.name_prefix, model.iscsi.iqn, name)
+        luns.append(LioLun(lun, name, dev.path, backstore, serial, dev.writable, dev.destructive_ok))
     acls = model.iscsi.acls or tuple(
         iqn for n in lab.hosts_with("initiator") if (iqn := lab.hosts[n].initiator_iqn) is not None
     )
@@ -344,6 +348,13 @@ class LioTarget(ConfigfsTarget):
             f"cannot open {lun.path} for backstore {lun.backstore}",
             partial(remote.write, host, f"{path}/enable", "1"),
             f"check that {lun.path} is not mounted, held by device-mapper or exported exclusively elsewhere",
+        )
+        # targetcli (rtslib) gives every backstore a serial; configfs alone gives none, and LIO then reports no VPD
+        # pages: the LUNs show initiators no WWID, and multipath leaves them out (seen on the virtual lab). Before
+        # the LUN link: LIO refuses a new serial while the backstore is exported.
+        self._step(
+            f"cannot set the unit serial of backstore {lun.backstore}",
+            partial(remote.write, host, f"{path}/wwn/vpd_unit_serial", lun.serial),
         )
         return hba
 

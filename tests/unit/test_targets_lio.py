@@ -10,6 +10,7 @@ from fakes import Answer, ScriptedHost
 from pytest_fabricqa.lab import load_lab
 from pytest_fabricqa.targets.base import ProvisionError, UndoStack
 from pytest_fabricqa.targets.lio import LioTarget, parse_snapshot, plan_from_lab
+from pytest_fabricqa.targets.scsi import unit_serial
 
 DATA = Path(__file__).parents[1] / "data" / "targets"
 LABS = Path(__file__).parents[2] / "labs"
@@ -122,3 +123,26 @@ def test_the_labs_cmdsn_depth_is_set_before_the_acls_inherit_it(tmp_path: Path) 
     depth = next(i for i, c in enumerate(commands) if "attrib/default_cmdsn_depth" in c)
     assert "128" in commands[depth]
     assert depth < next(i for i, c in enumerate(commands) if "/acls/" in c)
+
+
+def test_each_backstore_gets_its_own_unit_serial_before_its_lun_is_linked() -> None:
+    """Without a serial LIO reports no VPD pages and its LUNs no WWID; the serial is what SCST and tgt set
+    (scsi.unit_serial), written while the backstore is not yet exported (LIO refuses it afterwards)."""
+    lab = load_lab(LABS / "vlab.yaml")
+    model = lab.target_for("iscsi")
+    plan = plan_from_lab(lab, model, "iscsi")
+    assert [lun.serial for lun in plan.luns] == [
+        unit_serial("fabricqa", "iqn.2026-11.io.fabricqa:vstor", name) for name in ("ram0", "nvme0")
+    ]
+    assert len({lun.serial for lun in plan.luns}) == 2
+    host = LioHost((DATA / "lio-snapshot-empty.txt").read_text())
+    target = LioTarget(lab, model, {"vstor": host})  # type: ignore[dict-item]
+    undo = UndoStack()
+    for lun in plan.luns:
+        target._make_backstore(lun, f"iblock_{lun.lun}", parse_snapshot(""), undo, {"hbas": [], "backstores": []})
+    target._make_target(plan, {0: "iblock_0", 1: "iblock_1"}, undo, {"targets": [plan.iqn]})
+    commands = [" ".join(c) for c in host.commands]
+    for lun in plan.luns:
+        serial = next(i for i, c in enumerate(commands) if f"{lun.backstore}/wwn/vpd_unit_serial" in c)
+        assert lun.serial in commands[serial]
+        assert serial < next(i for i, c in enumerate(commands) if f"lun_{lun.lun}/{lun.backstore}" in c)
