@@ -32,7 +32,7 @@ from pytest_fabricqa.targets.spdk import (
     start_argv,
 )
 from pytest_fabricqa.targets.spdk import app as spdk_app
-from pytest_fabricqa.targets.spdk.driver import PATH_KINDS
+from pytest_fabricqa.targets.spdk.driver import PATH_KINDS, namespace_uuid
 
 DATA = Path(__file__).parents[1] / "data" / "spdk"
 SESSION: list[dict[str, Any]] = json.loads((DATA / "rpc-session.json").read_text())
@@ -129,7 +129,9 @@ class FakeSpdkHost(ScriptedHost):
             self.subsystems[p["nqn"]]["allow_any_host"] = p.get("allow_any_host", False)
         elif method == "nvmf_subsystem_add_ns":
             ns = p["namespace"]
-            self.subsystems[p["nqn"]]["namespaces"].append({"nsid": ns["nsid"], "bdev_name": ns["bdev_name"]})
+            listed = {"nsid": ns["nsid"], "bdev_name": ns["bdev_name"]}
+            listed.update({key: ns[key] for key in ("nguid", "uuid") if key in ns})  # as nvmf_get_subsystems lists
+            self.subsystems[p["nqn"]]["namespaces"].append(listed)
             ok = ns["nsid"]
         elif method == "nvmf_subsystem_add_host":
             self.subsystems[p["nqn"]]["hosts"].append({"nqn": p["host"]})
@@ -292,7 +294,10 @@ def test_start_mode_provisions_in_order_and_teardown_stops_the_app() -> None:
         mark_serial("fabricqa"),
         True,
     )
-    assert ram["namespaces"] == [{"nsid": 1, "bdev_name": "fabricqa_ram0"}]
+    # A UUID per namespace, stable and unique: without one the initiators' WWIDs of both subsystems were the same
+    # (the subsystems' common serial and NSID 1), and multipath would take them for one namespace.
+    assert ram["namespaces"] == [{"nsid": 1, "bdev_name": "fabricqa_ram0", "uuid": namespace_uuid("fabricqa", NQN, 1)}]
+    assert host.subsystems[NQN2]["namespaces"][0]["uuid"] not in (ram["namespaces"][0]["uuid"], None)
     assert ram["listen_addresses"] == [{"trtype": "TCP", "adrfam": "IPv4", "traddr": "10.10.10.19", "trsvcid": "4420"}]
     assert host.subsystems[NQN2]["hosts"] == [{"nqn": "nqn.2026-11.io.fabricqa:vnode1"}]
     state = json.loads(host.files[target.state_file])

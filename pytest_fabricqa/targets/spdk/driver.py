@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -42,6 +43,12 @@ SNAPSHOT_CALLS: tuple[tuple[str, None], ...] = (
 def mark_serial(prefix: str) -> str:
     """The serial number every subsystem of this mark carries: 'FQA' and 17 hex digits derived from the mark."""
     return ("FQA" + hashlib.sha256(prefix.encode()).hexdigest().upper())[:MAX_SERIAL]
+
+
+def namespace_uuid(prefix: str, nqn: str, nsid: int) -> str:
+    """The UUID a namespace gets when the lab gives it neither NGUID nor UUID: derived from the mark, the subsystem
+    and the NSID, so stable from run to run (multipath keeps its map) and different for every namespace."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"fabricqa:{prefix}:{nqn}:{nsid}"))
 
 
 def bdev_name(prefix: str, backing: str) -> str:
@@ -368,8 +375,10 @@ class SpdkTarget(ConfigfsTarget):
             namespace: dict[str, Any] = {"nsid": ns.nsid, "bdev_name": bdevs[ns.backing]}
             if ns.nguid:
                 namespace["nguid"] = ns.nguid.replace("-", "").upper()
-            if ns.uuid:
-                namespace["uuid"] = ns.uuid
+            # Without an NGUID or UUID SPDK reports none for an AIO bdev, and the initiators' WWID falls back to the
+            # subsystem's serial and the NSID: the same for every subsystem of the mark ("nvme.8086-<serial>-
+            # <model>-00000001" for both of the virtual lab's), which multipath takes for one namespace.
+            namespace["uuid"] = ns.uuid or namespace_uuid(self.mark, sub.nqn, ns.nsid)
             self._step_rpc(
                 rpc,
                 "nvmf_subsystem_add_ns",
