@@ -1,7 +1,8 @@
 """Connectivity: the target serving each protocol is provisioned, every initiator connects and sees its devices.
 
 Discovery shows what the lab exports; each initiator is connected; each device has the size and logical block
-size of its backing device on the target; a short read-only fio pass succeeds on every device; and after
+size of its backing device on the target; each unit has one WWID on every initiator and no two share one (what
+multipath groups paths by); a short read-only fio pass succeeds on every device; and after
 teardown no controller, session or target object of ours is left. Parametrized by protocol (ids are the
 protocol names); the ``fabric`` fixture is connected once per protocol for the whole session.
 """
@@ -12,6 +13,7 @@ import pytest
 
 from pytest_fabricqa.fanout import each
 from pytest_fabricqa.fio.parse import FioOutputError, parse_fio_output
+from pytest_fabricqa.initiators.wwid import read_wwids, wwid_problems
 from pytest_fabricqa.lab import LabModel
 from pytest_fabricqa.provision import Fabric, FabricDevice, leftovers
 from pytest_fabricqa.transport.base import Host
@@ -73,6 +75,16 @@ def test_device_size_and_block_size_match_the_backing_device(
                 f"{seen[1]}-byte blocks; {fabric.target_host}:{fabric.backing_path(device)} is {want[0]} bytes with "
                 f"{want[1]}-byte blocks"
             )
+    assert not problems, "\n".join(problems)
+
+
+def test_every_unit_has_one_wwid_on_every_initiator_and_no_two_share_one(
+    fabric: Fabric, initiators: list[Host]
+) -> None:
+    """What multipath needs: each namespace or LUN shows the same WWID on every initiator, and no two show one."""
+    found = each(initiators, lambda host: read_wwids(host, [d.path for d in fabric.devices_on(host.name)]))
+    wwids = {name: value for name, value in found.items() if not isinstance(value, BaseException)}
+    problems = wwid_problems(fabric.devices, wwids)
     assert not problems, "\n".join(problems)
 
 
