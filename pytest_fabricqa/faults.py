@@ -830,21 +830,33 @@ for s in /sys/class/iscsi_session/session*; do
   printf 'iscsi %s %s recovery_tmo=%s\n' "${s##*/}" "$(cat "$s/targetname")" "$(cat "$s/recovery_tmo")"
 done
 """
-# Quadruples file, value, guard file, guard value: a value is written only while the guard file (the
-# controller's subsysnqn, the session's targetname) still says what it said when the value was read, so a
-# controller or session number that a later connect reused is never touched. A file that is gone is skipped.
+# The first argument: how many seconds a refused write is tried again. Then quadruples file, value, guard file,
+# guard value: a value is written only while the guard file (the controller's subsysnqn, the session's
+# targetname) still says what it said when the value was read, so a controller or session number that a later
+# connect reused is never touched. A file that is gone is skipped. An iSCSI session refuses its recovery_tmo
+# (EBUSY) while it is FAILED or FREE, as it is after a long outage until iscsid has logged in again (seen over
+# iSER on the virtual lab): the write is tried once a second until it takes or the wait is over.
 TIMEOUTS_WRITE = (
     r"""
 set -e
+wait=$1
+shift
 while [ $# -ge 4 ]; do
   f=$1 v=$2 g=$3 w=$4
   shift 4
-  [ -e "$f" ] && [ "$(cat "$g" 2>/dev/null)" = "$w" ] || continue
-  printf %s "$v" > "$f"
+  t=0
+  while [ -e "$f" ] && [ "$(cat "$g" 2>/dev/null)" = "$w" ]; do
+    if [ "$t" -ge "$wait" ]; then printf %s "$v" > "$f"; break; fi
+    if (printf %s "$v" > "$f") 2>/dev/null; then break; fi
+    sleep 1
+    t=$((t + 1))
+  done
 done
 """
     + CLOCK
 )
+RESTORE_WAIT_S = 120
+"""How long a value that is set back may be refused (an iSCSI session logging in again after an outage)."""
 NVME_CLASS = "/sys/class/nvme"
 ISCSI_CLASS = "/sys/class/iscsi_session"
 
@@ -961,11 +973,11 @@ class PathTimeouts(_RecordedFault):
         self.params = {"subsystems": list(self.subsystems), "set": new, "restore": old, "read": ours}
 
     def _inject(self) -> CommandResult:
-        return self.host.run(["sh", "-c", TIMEOUTS_WRITE, "sh", *[w for q in self.params["set"] for w in q]])
+        return self.host.run(["sh", "-c", TIMEOUTS_WRITE, "sh", "0", *[w for q in self.params["set"] for w in q]])
 
     def _restore(self) -> CommandResult:
         restore = [w for q in self.params.get("restore", []) for w in q]
-        return self.host.run(["sh", "-c", TIMEOUTS_WRITE, "sh", *restore])
+        return self.host.run(["sh", "-c", TIMEOUTS_WRITE, "sh", str(RESTORE_WAIT_S), *restore])
 
 
 # -- choosing the fault for a lab's target ------------------------------------------------------------------------

@@ -98,7 +98,7 @@ class TimeoutsHost(ScriptedHost):
             return self.listing()
         if script == faults.TIMEOUTS_WRITE:
             self.events.append(self.records())
-            words = list(argv[4:])
+            words = list(argv[5:])  # after the script, $0 and the wait
             while len(words) >= 4:
                 path, value, guard, wanted = words[:4]
                 del words[:4]
@@ -205,10 +205,49 @@ def test_the_write_script_writes_only_where_the_guard_still_holds(tmp_path: Path
     for ctrl in (ours, reused):
         argv += [str(ctrl / "fast_io_fail_tmo"), "2", str(ctrl / "subsysnqn"), NQN]
     argv += [str(tmp_path / "gone" / "fast_io_fail_tmo"), "2", str(tmp_path / "gone" / "subsysnqn"), NQN]
-    done = subprocess.run(["sh", "-c", faults.TIMEOUTS_WRITE, "sh", *argv], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        ["sh", "-c", faults.TIMEOUTS_WRITE, "sh", "0", *argv], capture_output=True, text=True, check=True
+    )
     assert float(done.stdout.strip())
     assert (ours / "fast_io_fail_tmo").read_text() == "2"
     assert (reused / "fast_io_fail_tmo").read_text() == "off\n"
+
+
+def session(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A session folder whose recovery_tmo refuses writes (a folder stands in for the file that says EBUSY)."""
+    base = tmp_path / "session9"
+    (base / "recovery_tmo").mkdir(parents=True)
+    (base / "targetname").write_text("iqn.2026-11.io.fabricqa:lio\n")
+    return base, [str(base / "recovery_tmo"), "120", str(base / "targetname"), "iqn.2026-11.io.fabricqa:lio"]
+
+
+def test_a_refused_write_is_tried_again_until_it_takes(tmp_path: Path) -> None:
+    # After a long outage an iSCSI session refuses its recovery_tmo until iscsid has logged in again: CI's
+    # iser-lio long case left the value at 5 s once ("printf: I/O error") when the restore was tried only once.
+    base, argv = session(tmp_path)
+    script = faults.TIMEOUTS_WRITE
+    writer = subprocess.Popen(["sh", "-c", script, "sh", "30", *argv], stdout=subprocess.PIPE, text=True)
+    time.sleep(1.5)  # refused at least once; then the session is back
+    (base / "recovery_tmo").rmdir()
+    (base / "recovery_tmo").write_text("5\n")
+    out, _ = writer.communicate(timeout=60)
+    assert writer.returncode == 0 and float(out.strip())
+    assert (base / "recovery_tmo").read_text() == "120"
+
+
+def test_a_write_still_refused_when_the_wait_is_over_fails_the_script(tmp_path: Path) -> None:
+    _, argv = session(tmp_path)
+    done = subprocess.run(["sh", "-c", faults.TIMEOUTS_WRITE, "sh", "1", *argv], capture_output=True, text=True)
+    assert done.returncode != 0 and done.stderr.strip()
+
+
+def test_the_restore_waits_for_a_refused_session_and_the_set_does_not() -> None:
+    host = TimeoutsHost(ISCSI_LISTING)
+    iqn = next(iter(faults.parse_timeouts(ISCSI_LISTING).values()))["subsystem"]
+    faults.PathTimeouts(host, "fabricqa", (iqn,), iscsi={"recovery_tmo_s": 2}).inject(undo := UndoStack())
+    undo.unwind()
+    waits = [argv[4] for argv in host.commands if argv[2:3] == (faults.TIMEOUTS_WRITE,)]
+    assert waits == ["0", str(faults.RESTORE_WAIT_S)]
 
 
 def test_off_is_written_back_as_minus_one() -> None:
