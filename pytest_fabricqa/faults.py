@@ -361,10 +361,10 @@ class _RecordedFault:
 
 
 class LinkDown(_RecordedFault):
-    """A host's storage link down, then up: ``ip link set dev IFACE down|up`` on the lab's
-    ``hosts.NAME.storage.interface``, and only that one.
+    """A host's storage link down, then up: ``ip link set dev IFACE down|up`` on one of the lab's
+    ``hosts.NAME.storage`` interfaces (default: the first), and only those.
 
-    Refused when the interface is not the lab's storage interface of the host, is down already (bringing it up
+    Refused when the interface is not a storage interface of the host in the lab, is down already (bringing it up
     later would undo someone else's change), or carries the address fabricqa reaches the host by (the restore could
     never arrive).
     """
@@ -374,9 +374,9 @@ class LinkDown(_RecordedFault):
     def __init__(self, lab: LabModel, host: Host, name_prefix: str, interface: str | None = None) -> None:
         super().__init__(host, name_prefix)
         model = lab.hosts.get(host.name)
-        self.storage = model.storage if model is not None else None
+        self.storage = model.storage if model is not None else ()
         self.management = model.address if model is not None else None
-        self.interface = interface or (self.storage.interface if self.storage is not None else "")
+        self.interface = interface or (self.storage[0].interface if self.storage else "")
         self.name = f"{host.name} storage link {self.interface} down"
         self.key = f"link:{self.interface}"
 
@@ -391,15 +391,16 @@ class LinkDown(_RecordedFault):
         return f"ip link set dev {self.interface} up"
 
     def _check(self) -> None:
-        if self.storage is None:
+        if not self.storage:
             raise self._refuse(
                 f"the lab declares no storage link for {self.host.name}",
                 f"set hosts.{self.host.name}.storage (interface, address) in the lab file",
             )
-        if self.interface != self.storage.interface:
+        ours = [p.interface for p in self.storage]
+        if self.interface not in ours:
             raise self._refuse(
-                f"{self.interface} is not the lab's storage interface of {self.host.name} ({self.storage.interface})",
-                f"fabricqa brings down only hosts.{self.host.name}.storage.interface",
+                f"{self.interface} is not a storage interface of {self.host.name} in the lab ({', '.join(ours)})",
+                f"fabricqa brings down only the interfaces of hosts.{self.host.name}.storage",
             )
         # The same listing the prerequisites read (prereq.interface_problems), recorded in tests/data/vlab.
         result = self.host.run(["ip", "-j", "addr", "show", "dev", self.interface], check=False)
@@ -486,11 +487,12 @@ class LinkDrop(LinkDown):
         return self.host.run(["sh", "-c", LINK_UNDROP, "sh", self.interface])
 
 
-def link_outage(lab: LabModel, host: Host, name_prefix: str) -> LinkDown:
-    """The storage link fault the lab's ``failover.outage_by`` names: the link down, or every frame dropped."""
+def link_outage(lab: LabModel, host: Host, name_prefix: str, interface: str | None = None) -> LinkDown:
+    """The storage link fault the lab's ``failover.outage_by`` names on ``interface`` (default: the host's first
+    storage interface): the link down, or every frame dropped."""
     if lab.failover.outage_by == "drop":
-        return LinkDrop(lab, host, name_prefix)
-    return LinkDown(lab, host, name_prefix)
+        return LinkDrop(lab, host, name_prefix, interface)
+    return LinkDown(lab, host, name_prefix, interface)
 
 
 def _is_ip(text: str) -> bool:

@@ -69,7 +69,7 @@ class SSHSettings(_Model):
 
 
 class StorageLink(_Model):
-    """A host's port on the storage network."""
+    """A host's port on the storage network: one path."""
 
     interface: str
     address: IPvAnyAddress
@@ -84,9 +84,33 @@ class HostModel(_Model):
     user: str | None = None
     port: int | None = Field(None, ge=1, le=65535)
     roles: tuple[Role, ...]
-    storage: StorageLink | None = None
+    storage: tuple[StorageLink, ...] = ()
+    """The host's ports on the storage network, one per path: ``{interface, address}``, or a list of them when the
+    host reaches the storage over several (two storage interfaces, each on its own segment and subnet)."""
     host_nqn: str | None = None
     initiator_iqn: str | None = None
+
+    @field_validator("storage", mode="before")
+    @classmethod
+    def _one_or_more(cls, value: Any) -> Any:
+        if value is None:
+            return ()
+        return [value] if isinstance(value, (Mapping, StorageLink)) else value
+
+    @field_validator("storage")
+    @classmethod
+    def _distinct_ports(cls, value: tuple[StorageLink, ...]) -> tuple[StorageLink, ...]:
+        for what, seen in (("interface", [p.interface for p in value]), ("address", [str(p.address) for p in value])):
+            twice = sorted({x for x in seen if seen.count(x) > 1})
+            if twice:
+                raise ValueError(f"two storage ports share the {what} {twice[0]}; each path needs its own")
+        return value
+
+    @property
+    def storage_link(self) -> StorageLink | None:
+        """The host's first storage port (its first path), or None: the one initiators and fio servers use while
+        the plugin connects over one path."""
+        return self.storage[0] if self.storage else None
 
     @model_validator(mode="after")
     def _reachable(self) -> HostModel:
@@ -623,9 +647,9 @@ class LabModel(_Model):
             return target.address
         assert target.host is not None
         host = self.hosts[target.host]
-        if host.storage is None:
+        if host.storage_link is None:
             raise LabError(f"lab {self.name!r}: target host {target.host!r} has no 'storage' address")
-        return str(host.storage.address)
+        return str(host.storage_link.address)
 
 
 # -- loading ---------------------------------------------------------------------------------------------
@@ -713,7 +737,13 @@ def _key_lines(node: yaml.Node | None) -> dict[tuple[str, ...], int]:
 def _one_line(path: Path, exc: ValidationError, lines: dict[tuple[str, ...], int]) -> str:
     errors = exc.errors(include_url=False)
     first = errors[0]
-    loc = tuple(str(p) for p in first["loc"])
+    loc: tuple[str, ...] = ()
+    for part in (str(p) for p in first["loc"]):
+        # A key that takes one item or a list of them (hosts.NAME.storage) validates a single item as item 0:
+        # where the file has no list there, the error names the key as written.
+        if part.isdigit() and loc in lines and (*loc, part) not in lines:
+            continue
+        loc = (*loc, part)
     key = _dotted(loc)
     line = next((lines[loc[:i]] for i in range(len(loc), -1, -1) if loc[:i] in lines), None)
     where = f"{path}:{line}" if line else str(path)

@@ -273,6 +273,34 @@ def _figures(run: HostRun, fault: Fault) -> tuple[FailoverFigures | None, list[s
     return measure(series, fault, errors), [], series
 
 
+def _link_faults(lab: LabModel, host: Host, name_prefix: str) -> list[faults.LinkDown]:
+    """One link fault per storage port the lab gives ``host`` (every path of it); a host without one gets the
+    default fault, which refuses with what to set."""
+    ports = lab.hosts[host.name].storage if host.name in lab.hosts else ()
+    return [faults.link_outage(lab, host, name_prefix, p.interface) for p in ports] or [
+        faults.link_outage(lab, host, name_prefix)
+    ]
+
+
+def _arm_all(links: list[faults.LinkDown], undo: UndoStack) -> None:
+    for link in links:
+        link.arm(undo)
+
+
+def _restore_all(links: list[faults.LinkDown]) -> float:
+    """Every link back, each tried even when another fails; the host's time when the first was back."""
+    times: list[float] = []
+    failed: BaseException | None = None
+    for link in links:
+        try:
+            times.append(link.restore())
+        except faults.FaultError as exc:
+            failed = failed or exc
+    if failed is not None:
+        raise failed
+    return min(times)
+
+
 def all_paths_down(
     lab: LabModel,
     hosts: Sequence[Host],
@@ -309,16 +337,17 @@ def all_paths_down(
         return dict(change.params.get("read", {}))
 
     result.timeouts = _settled(each(hosts, set_timeouts, check=False))
-    links = {h.name: faults.link_outage(lab, h, name_prefix) for h in hosts}
-    _settled(each(hosts, lambda h: links[h.name].arm(undo)))  # checked and recorded before fio starts
+    links = {h.name: _link_faults(lab, h, name_prefix) for h in hosts}
+    _settled(each(hosts, lambda h: _arm_all(links[h.name], undo)))  # checked and recorded before fio starts
     folders = _settled(
         each(hosts, lambda h: start_fio(h, fio_argv(h.name, devices[h.name], regions[h.name], runtime_s), undo))
     )
     _settled(each(hosts, lambda h: wait_for_io(h, devices[h.name])))
     time.sleep(settings.before_s)
-    down = each(hosts, lambda h: links[h.name].fire(), check=False)
+    # Every path of a host: the outage begins when its last path is down and ends when its first is back.
+    down = each(hosts, lambda h: max(link.fire() for link in links[h.name]), check=False)
     time.sleep(down_s)
-    up = each(hosts, lambda h: links[h.name].restore(), check=False)
+    up = each(hosts, lambda h: _restore_all(links[h.name]), check=False)
     if outage == BRIEF:
         # fio runs on until I/O flows again on every host (bounded), so a slow resume is measured as the stall it
         # is rather than cut off by fio's end: a fixed after_s once ended fio while iSER was still logging in

@@ -690,7 +690,7 @@ def fio_servers(lab: LabModel, lab_hosts: dict[str, Host]) -> Iterator[list[Any]
     servers = []
     try:
         for name in lab.hosts_with("initiator"):
-            storage = lab.hosts[name].storage
+            storage = lab.hosts[name].storage_link
             address = str(storage.address) if storage else (lab.hosts[name].address or name)
             host = lab_hosts[name]
             host.run(server_stop_argv(pidfile), check=False)  # a server left by a killed run

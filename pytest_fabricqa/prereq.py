@@ -73,7 +73,8 @@ def module_problems(host: str, report: ModuleReport, wanted: Sequence[str], what
 
 
 def interface_problems(host: str, ip_json: str, interface: str, address: str, mtu: int) -> list[str]:
-    """``ip -j addr show dev IF`` against the lab's storage address and MTU; every mismatch at once."""
+    """``ip -j addr show`` (every interface, or ``dev IF``) against the lab's storage address and MTU of ``interface``;
+    every mismatch at once."""
     try:
         links: list[dict[str, Any]] = json.loads(ip_json or "[]")
     except json.JSONDecodeError:

@@ -31,13 +31,21 @@ def spec_from_lab(lab: LabModel) -> VlabSpec:
     guests = []
     for name, settings in lab.vlab.items():
         host = lab.hosts[name]
-        if host.storage is None or host.port is None:
+        if not host.storage or host.port is None:
             raise SpecError(f"vlab guest {name!r} needs hosts.{name}.port and hosts.{name}.storage")
+        wanted = [f"eth{k}" for k in range(1, len(host.storage) + 1)]
+        if [p.interface for p in host.storage] != wanted:
+            raise SpecError(
+                f"hosts.{name}.storage: a virtual-lab guest's storage interfaces are {', '.join(wanted)} in that "
+                f"order, one per segment; the lab names {', '.join(p.interface for p in host.storage)}"
+            )
+        first, *more = (f"{p.address}/{lab.network.prefix_len}" for p in host.storage)
         guests.append(
             Guest(
                 name=name,
                 ssh_port=host.port,
-                storage_address=f"{host.storage.address}/{lab.network.prefix_len}",
+                storage_address=first,
+                storage_paths=tuple(more),
                 storage_mtu=lab.network.mtu,
                 memory_mb=settings.memory_mb,
                 cpus=settings.cpus,

@@ -82,24 +82,28 @@ def test_target_daemon(lab: LabModel, lab_target: TargetModel, protocol: str, ta
 
 
 def test_storage_interface(lab: LabModel, lab_host_name: str, lab_host: Host) -> None:
-    """The storage interface is up with the lab's address and MTU."""
-    storage = lab.hosts[lab_host_name].storage
-    if storage is None:
+    """Every storage interface (one per path) is up with the lab's address and MTU."""
+    ports = lab.hosts[lab_host_name].storage
+    if not ports:
         pytest.skip(f"{lab_host_name} has no storage port in the lab")
-    out = lab_host.run(["ip", "-j", "addr", "show", "dev", storage.interface], check=False)
-    problems = interface_problems(lab_host_name, out.stdout, storage.interface, str(storage.address), lab.network.mtu)
+    out = lab_host.run(["ip", "-j", "addr", "show"], check=False)
+    problems = [
+        problem
+        for port in ports
+        for problem in interface_problems(lab_host_name, out.stdout, port.interface, str(port.address), lab.network.mtu)
+    ]
     assert not problems, "; ".join(problems)
 
 
 @pytest.mark.fabric("rdma")
 def test_rdma_link(lab: LabModel, protocol: str, lab_host_name: str, lab_host: Host) -> None:
-    """For nvme-rdma and iser, every host on the storage network has an ACTIVE RDMA link on its storage port."""
-    storage = lab.hosts[lab_host_name].storage
-    if storage is None:
+    """For nvme-rdma and iser, every host on the storage network has an ACTIVE RDMA link on each storage port."""
+    ports = lab.hosts[lab_host_name].storage
+    if not ports:
         pytest.skip(f"{lab_host_name} has no storage port in the lab")
     out = lab_host.run(["rdma", "-j", "link", "show"], check=False)
-    problem = rdma_problem(lab_host_name, out.stdout, storage.interface)
-    assert problem is None, problem
+    problems = [p for p in (rdma_problem(lab_host_name, out.stdout, port.interface) for port in ports) if p]
+    assert not problems, "; ".join(problems)
 
 
 def _module_problems(host: Host, modules: tuple[str, ...], what: str) -> list[str]:

@@ -254,10 +254,10 @@ class TgtTarget(ConfigfsTarget):
             return [("--initiator-address", "ALL")]
         binds = [("--initiator-name", iqn) for iqn in plan.acls]
         if plan.iser:
-            addresses = [self.lab.hosts[n].storage for n in self.lab.hosts_with("initiator")]
+            ports = [self.lab.hosts[n].storage for n in self.lab.hosts_with("initiator")]
             binds += (
-                [("--initiator-address", str(s.address)) for s in addresses if s is not None]
-                if all(s is not None for s in addresses)
+                [("--initiator-address", str(p.address)) for host_ports in ports for p in host_ports]
+                if all(ports)
                 else [("--initiator-address", "ALL")]  # before tgt 1.0.95 the names still decide
             )
         return binds

@@ -57,6 +57,11 @@ for dev in /sys/class/net/eth*; do
 done
 rename_by_mac "$FQ_MGMT_MAC" eth0 || say "step=network FAILED: no NIC with MAC $FQ_MGMT_MAC"
 rename_by_mac "$FQ_STORAGE_MAC" eth1 || say "step=network FAILED: no NIC with MAC $FQ_STORAGE_MAC"
+n=2
+for mac in ${FQ_PATH_MACS:-}; do
+    rename_by_mac "$mac" "eth$n" || say "step=network FAILED: no NIC with MAC $mac"
+    n=$((n + 1))
+done
 
 ip link set lo up
 # QEMU user networking: the guest is always 10.0.2.15, the host's port forward reaches it there.
@@ -65,7 +70,15 @@ ip link set eth0 up
 ip link set eth1 mtu "$FQ_STORAGE_MTU" || say "step=storage-link FAILED: mtu $FQ_STORAGE_MTU"
 ip addr add "$FQ_STORAGE_ADDRESS" dev eth1 || say "step=storage-link FAILED: address $FQ_STORAGE_ADDRESS"
 ip link set eth1 up
-say "step=network ok eth1=$FQ_STORAGE_ADDRESS mtu=$FQ_STORAGE_MTU"
+# Each further path: eth2, eth3, ... on its own segment and subnet, with the same MTU.
+n=2
+for address in ${FQ_PATH_ADDRESSES:-}; do
+    ip link set "eth$n" mtu "$FQ_STORAGE_MTU" || say "step=storage-link FAILED: eth$n mtu $FQ_STORAGE_MTU"
+    ip addr add "$address" dev "eth$n" || say "step=storage-link FAILED: eth$n address $address"
+    ip link set "eth$n" up
+    n=$((n + 1))
+done
+say "step=network ok eth1=$FQ_STORAGE_ADDRESS mtu=$FQ_STORAGE_MTU paths=${FQ_PATH_ADDRESSES:-none}"
 
 # SPDK takes its memory from 2 MiB hugepages (its RDMA transport registers no memory without them), as an SPDK
 # host's scripts/setup.sh reserves them.
@@ -81,11 +94,17 @@ if [ "${FQ_HUGEPAGES_MB:-0}" -gt 0 ]; then
     fi
 fi
 
-if rdma link add rxe0 type rxe netdev eth1; then
-    say "step=rxe ok"
-else
-    say "step=rxe FAILED: rdma link add rxe0 type rxe netdev eth1"
-fi
+# Soft-RoCE on every storage link: rxe0 on eth1, rxe1 on eth2, ...
+n=1
+rxe=ok
+for address in "$FQ_STORAGE_ADDRESS" ${FQ_PATH_ADDRESSES:-}; do
+    if ! rdma link add "rxe$((n - 1))" type rxe netdev "eth$n"; then
+        say "step=rxe FAILED: rdma link add rxe$((n - 1)) type rxe netdev eth$n"
+        rxe=failed
+    fi
+    n=$((n + 1))
+done
+[ "$rxe" = ok ] && say "step=rxe ok"
 
 # open-iscsi's iscsiadm talks to iscsid; the initiator name came with the config.
 if iscsid; then

@@ -114,6 +114,29 @@ def guest_macs(index: int) -> tuple[str, str]:
     return f"52:54:00:fa:00:{index:02x}", f"52:54:00:fa:01:{index:02x}"
 
 
+def path_mac(index: int, segment: int) -> str:
+    """The MAC address of the guest at ``index`` on storage segment ``segment`` (2, 3, ...: its eth2, eth3)."""
+    if not 2 <= segment <= 254:
+        raise ValueError(f"storage segment {segment} out of range 2..254")
+    return f"52:54:00:fa:{segment:02x}:{guest_macs(index)[1][-2:]}"
+
+
+def switch_socket(sock_dir: Path, segment: int, switch: str = "stream") -> Path:
+    """Where storage segment ``segment`` (1, 2, ...) listens: ``switch.sock`` (vde: ``switch``), then
+    ``switch2.sock`` ..."""
+    suffix = "" if segment == 1 else str(segment)
+    return sock_dir / (f"switch{suffix}" if switch == "vde" else f"switch{suffix}.sock")
+
+
+def _storage_netdev(sock_dir: Path, segment: int, switch: str) -> str:
+    netdev = "storage" if segment == 1 else f"storage{segment}"
+    if switch == "vde":
+        return f"vde,id={netdev},sock={switch_socket(sock_dir, segment, switch)}"
+    if switch == "stream":
+        return f"stream,id={netdev},server=off,addr.type=unix,addr.path={switch_socket(sock_dir, segment, switch)}"
+    raise ValueError(f"switch {switch!r}: use 'stream' or 'vde'")
+
+
 def initiator_name(spec: VlabSpec, guest: Guest) -> str:
     """The guest's unique iSCSI initiator name (written to /etc/iscsi/initiatorname.iscsi)."""
     return f"{IQN_PREFIX}:{spec.name}.{guest.name}"
@@ -163,12 +186,7 @@ def qemu_argv(
     frames up to 1518 bytes only).
     """
     mgmt_mac, storage_mac = guest_macs(index)
-    if switch == "vde":
-        storage_netdev = f"vde,id=storage,sock={sock_dir / 'switch'}"
-    elif switch == "stream":
-        storage_netdev = f"stream,id=storage,server=off,addr.type=unix,addr.path={sock_dir / 'switch.sock'}"
-    else:
-        raise ValueError(f"switch {switch!r}: use 'stream' or 'vde'")
+    storage_netdev = _storage_netdev(sock_dir, 1, switch)
     argv = [
         QEMU,
         "-name", guest.name,
@@ -199,6 +217,13 @@ def qemu_argv(
         "-device", f"virtio-net-pci,netdev=mgmt,mac={mgmt_mac}",
         "-netdev", storage_netdev,
         "-device", f"virtio-net-pci,netdev=storage,mac={storage_mac}",
+    ]  # fmt: skip
+    for segment in range(2, 2 + len(guest.storage_paths)):  # a further path: eth<segment> on its own switch
+        argv += [
+            "-netdev", _storage_netdev(sock_dir, segment, switch),
+            "-device", f"virtio-net-pci,netdev=storage{segment},mac={path_mac(index, segment)}",
+        ]  # fmt: skip
+    argv += [
         "-device", "virtio-rng-pci",
         "-fw_cfg", f"name=opt/fabricqa/config.tar,file={guest_dir / 'config.tar'}",
     ]  # fmt: skip
@@ -228,6 +253,9 @@ def guest_env(spec: VlabSpec, guest: Guest, index: int) -> str:
         "FQ_STORAGE_MAC": storage_mac,
         "FQ_STORAGE_ADDRESS": guest.storage_address,
         "FQ_STORAGE_MTU": str(guest.storage_mtu),
+        # Further paths, in order eth2, eth3, ...: their MACs and addresses, space-separated.
+        "FQ_PATH_MACS": " ".join(path_mac(index, s) for s in range(2, 2 + len(guest.storage_paths))),
+        "FQ_PATH_ADDRESSES": " ".join(guest.storage_paths),
         "FQ_HUGEPAGES_MB": str(guest.hugepages_mb),
     }
     return "".join(f"{k}={shlex.quote(v)}\n" for k, v in values.items())
@@ -413,7 +441,8 @@ class VirtualLab:
         if sock_dir.exists():
             shutil.rmtree(sock_dir)
         sock_dir.mkdir(mode=0o700, parents=True)
-        self._record(self._start_switch(sock_dir, switch))
+        for segment in range(1, self.spec.segments + 1):
+            self._record(self._start_switch(sock_dir, switch, segment))
 
         init_script = INIT_SCRIPT.read_text()
         for index, guest in enumerate(self.spec.guests):
@@ -434,18 +463,21 @@ class VirtualLab:
                     "qemu start", f"{guest.name}: qemu exited {proc.returncode}: {proc.stderr.strip()}", console
                 )
             self._record(procs.ref(f"qemu {guest.name}", int((gdir / "qemu.pid").read_text())))
-            log(f"vlab: {guest.name} started (ssh 127.0.0.1:{guest.ssh_port}, eth1 {guest.storage_address})")
+            paths = "".join(f", eth{k} {a}" for k, a in enumerate(guest.storage_paths, 2))
+            log(f"vlab: {guest.name} started (ssh 127.0.0.1:{guest.ssh_port}, eth1 {guest.storage_address}{paths})")
 
-    def _start_switch(self, sock_dir: Path, switch: str) -> procs.ProcessRef:
+    def _start_switch(self, sock_dir: Path, switch: str, segment: int = 1) -> procs.ProcessRef:
+        """Storage segment ``segment``'s switch (1: eth1's, 2: eth2's, ...)."""
+        suffix = "" if segment == 1 else str(segment)
         if switch == "vde":
-            pidfile = sock_dir / "switch.pid"
-            argv = ["vde_switch", "-s", str(sock_dir / "switch"), "-d", "-p", str(pidfile)]
+            pidfile = sock_dir / f"switch{suffix}.pid"
+            argv = ["vde_switch", "-s", str(switch_socket(sock_dir, segment, switch)), "-d", "-p", str(pidfile)]
             proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
             if proc.returncode != 0:
                 raise VlabError("storage link", f"vde_switch exited {proc.returncode}: {proc.stderr.strip()}")
-            return procs.ref("switch vde", int(pidfile.read_text()))
-        argv = [sys.executable, "-m", "pytest_fabricqa.vlab.switch", str(sock_dir / "switch.sock")]
-        with (self.run_dir / "switch.log").open("ab") as logfile:
+            return procs.ref(f"switch{suffix} vde", int(pidfile.read_text()))
+        argv = [sys.executable, "-m", "pytest_fabricqa.vlab.switch", str(switch_socket(sock_dir, segment, switch))]
+        with (self.run_dir / f"switch{suffix}.log").open("ab") as logfile:
             child = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=logfile,
                 start_new_session=True, env=_child_env(),
@@ -453,9 +485,11 @@ class VirtualLab:
         assert child.stdout is not None
         if child.stdout.readline().strip() != b"ready":
             child.kill()
-            raise VlabError("storage link", f"the storage switch did not start; see {self.run_dir / 'switch.log'}")
+            raise VlabError(
+                "storage link", f"the storage switch did not start; see {self.run_dir / f'switch{suffix}.log'}"
+            )
         child.stdout.close()
-        return procs.ref("switch", child.pid)
+        return procs.ref(f"switch{suffix}", child.pid)
 
     def _start_watchdog(self) -> None:
         env = _child_env()

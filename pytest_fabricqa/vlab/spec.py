@@ -42,12 +42,14 @@ class Drive:
 
 @dataclass(frozen=True)
 class Guest:
-    """One guest: its SSH port on 127.0.0.1 and its address on the shared storage segment (eth1)."""
+    """One guest: its SSH port on 127.0.0.1, its address on the first storage segment (eth1) and on each further
+    one (eth2, eth3, ...: a second path)."""
 
     name: str
     ssh_port: int
     storage_address: str  # "10.10.10.19/24"
     storage_mtu: int = 1500
+    storage_paths: tuple[str, ...] = ()  # eth2's, eth3's, ... address on segment 2, 3, ...: "10.10.20.19/24"
     memory_mb: int = DEFAULT_MEMORY_MB
     cpus: int = DEFAULT_CPUS
     drives: tuple[Drive, ...] = ()
@@ -61,13 +63,19 @@ class Guest:
 
 @dataclass(frozen=True)
 class VlabSpec:
-    """A lab: guests that share one storage L2 segment."""
+    """A lab: guests that share one storage L2 segment, or several (one per path: segment k joins the guests'
+    eth<k>)."""
 
     name: str
     guests: tuple[Guest, ...]
 
     def __post_init__(self) -> None:
         validate(self)
+
+    @property
+    def segments(self) -> int:
+        """How many storage segments (switches) the lab has: 1 + the most further paths of any guest."""
+        return 1 + max((len(g.storage_paths) for g in self.guests), default=0)
 
     def guest(self, name: str) -> Guest:
         """The guest called ``name``; KeyError names the guests there are."""
@@ -90,7 +98,7 @@ def validate(spec: VlabSpec) -> None:
     seen_names: set[str] = set()
     seen_ports: set[int] = set()
     seen_ips: set[str] = set()
-    networks = set()
+    networks: dict[int, set[Any]] = {}  # segment -> the subnets its guests are in
     for i, guest in enumerate(spec.guests):
         where = f"guests[{i}]"
         if not _NAME.match(guest.name):
@@ -103,18 +111,19 @@ def validate(spec: VlabSpec) -> None:
         if guest.ssh_port in seen_ports:
             raise SpecError(f"{where}.ssh_port: {guest.ssh_port} is used twice")
         seen_ports.add(guest.ssh_port)
-        try:
-            iface = ipaddress.ip_interface(guest.storage_address)
-        except ValueError:
-            raise SpecError(
-                f"{where}.storage_address: {guest.storage_address!r} is not an address/prefix like 10.10.10.11/24"
-            ) from None
-        if "/" not in guest.storage_address or iface.version != 4:
-            raise SpecError(f"{where}.storage_address: {guest.storage_address!r} needs an IPv4 /prefix")
-        if str(iface.ip) in seen_ips:
-            raise SpecError(f"{where}.storage_address: {iface.ip} is used twice")
-        seen_ips.add(str(iface.ip))
-        networks.add(iface.network)
+        addresses = [(f"{where}.storage_address", guest.storage_address)]
+        addresses += [(f"{where}.storage_paths[{k}]", a) for k, a in enumerate(guest.storage_paths)]
+        for segment, (key, address) in enumerate(addresses):
+            try:
+                iface = ipaddress.ip_interface(address)
+            except ValueError:
+                raise SpecError(f"{key}: {address!r} is not an address/prefix like 10.10.10.11/24") from None
+            if "/" not in address or iface.version != 4:
+                raise SpecError(f"{key}: {address!r} needs an IPv4 /prefix")
+            if str(iface.ip) in seen_ips:
+                raise SpecError(f"{key}: {iface.ip} is used twice")
+            seen_ips.add(str(iface.ip))
+            networks.setdefault(segment, set()).add(iface.network)
         if not MIN_MTU <= guest.storage_mtu <= MAX_MTU:
             raise SpecError(f"{where}.storage_mtu: {guest.storage_mtu} must be {MIN_MTU}..{MAX_MTU}")
         if not 256 <= guest.memory_mb <= 16384:
@@ -138,11 +147,20 @@ def validate(spec: VlabSpec) -> None:
                 raise SpecError(f"{dwhere}.size_mb: {drive.size_mb} must be 1..1048576")
             if drive.kind not in DRIVE_KINDS:
                 raise SpecError(f"{dwhere}.kind: {drive.kind!r} must be one of {', '.join(DRIVE_KINDS)}")
-    if len(networks) > 1:
-        raise SpecError(
-            f"guests[*].storage_address: the guests share one L2 segment but are in {len(networks)} subnets "
-            f"({', '.join(sorted(str(n) for n in networks))}); put them in one"
-        )
+    for segment, nets in sorted(networks.items()):
+        key = "storage_address" if segment == 0 else f"storage_paths[{segment - 1}]"
+        if len(nets) > 1:
+            raise SpecError(
+                f"guests[*].{key}: the guests share one L2 segment there but are in {len(nets)} subnets "
+                f"({', '.join(sorted(str(n) for n in nets))}); put them in one"
+            )
+    subnets = [next(iter(nets)) for _, nets in sorted(networks.items())]
+    for segment, net in enumerate(subnets):
+        if any(net.overlaps(other) for other in subnets[:segment]):
+            raise SpecError(
+                f"guests[*].storage_paths[{segment - 1}]: segment {segment + 1} is in {net}, which overlaps another "
+                "segment's subnet; give each path its own subnet (10.10.20.0/24 beside 10.10.10.0/24)"
+            )
 
 
 def _drive_layout(guest: Guest) -> dict[str, list[str]]:
@@ -169,7 +187,7 @@ def spec_differences(running: VlabSpec, wanted: VlabSpec) -> list[str]:
     found += [f"guest {name} is wanted but not running" for name in want if name not in ran]
     for name in (n for n in want if n in ran):
         old, new = ran[name], want[name]
-        for key in ("ssh_port", "storage_address", "storage_mtu", "memory_mb", "cpus", "hugepages_mb"):
+        for key in ("ssh_port", "storage_address", "storage_paths", "storage_mtu", "memory_mb", "cpus", "hugepages_mb"):
             if getattr(old, key) != getattr(new, key):
                 found.append(f"{name}.{key}: running {getattr(old, key)}, wanted {getattr(new, key)}")
         old_drives, new_drives = _drive_layout(old), _drive_layout(new)
@@ -195,7 +213,7 @@ def spec_from_dict(data: Any, source: str = "spec") -> VlabSpec:
             if unknown:
                 raise SpecError(f"guests[{i}]: unknown keys {sorted(unknown)}")
             drives = tuple(Drive(**d) for d in g.get("drives", ()))
-            guests.append(Guest(**{**g, "drives": drives}))
+            guests.append(Guest(**{**g, "drives": drives, "storage_paths": tuple(g.get("storage_paths", ()))}))
         unknown = set(data) - {"name", "guests"}
         if unknown:
             raise SpecError(f"unknown keys {sorted(unknown)}")

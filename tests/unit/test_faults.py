@@ -432,8 +432,8 @@ def test_a_link_that_is_not_the_labs_storage_interface_is_refused() -> None:
     refused(
         host,
         faults.LinkDown(lab(), host, "fabricqa", "eth0"),
-        r"^vnode1: refused to inject 'vnode1 storage link eth0 down': eth0 is not the lab's storage interface of "
-        r"vnode1 \(eth1\); fabricqa brings down only hosts.vnode1.storage.interface$",
+        r"^vnode1: refused to inject 'vnode1 storage link eth0 down': eth0 is not a storage interface of vnode1 in "
+        r"the lab \(eth1, eth2\); fabricqa brings down only the interfaces of hosts.vnode1.storage$",
     )
 
 

@@ -57,7 +57,7 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_rac3_reproduces_seed_000() -> None:
     lab = load_lab(ROOT / "labs" / "rac3.yaml")
     assert lab.hosts_with("initiator") == ["el72h1", "el72h2"]
-    assert [str(lab.hosts[h].storage.address) for h in ("el72h1", "el72h2", "el72h3")] == [  # type: ignore[union-attr]
+    assert [str(lab.hosts[h].storage_link.address) for h in ("el72h1", "el72h2", "el72h3")] == [  # type: ignore[union-attr]
         "10.10.10.17",
         "10.10.10.18",
         "10.10.10.19",
@@ -80,6 +80,26 @@ def test_vlab_has_a_storage_node_and_two_initiators() -> None:
 
 def test_good_lab_loads(tmp_path: Path) -> None:
     assert isinstance(load_lab(write(tmp_path, GOOD)), LabModel)
+
+
+def test_a_host_has_one_storage_port_or_a_list_of_them(tmp_path: Path) -> None:
+    one = load_lab(write(tmp_path, GOOD))
+    assert [p.interface for p in one.hosts["stor"].storage] == ["eth1"]
+    assert one.hosts["node1"].storage == () and one.hosts["node1"].storage_link is None
+    two = load_lab(
+        write(
+            tmp_path,
+            GOOD.replace(
+                "storage: {interface: eth1, address: 10.10.10.19}",
+                "storage: [{interface: eth1, address: 10.10.10.19}, {interface: eth2, address: 10.10.20.19}]",
+            ),
+        )
+    )
+    ports = two.hosts["stor"].storage
+    assert [(p.interface, str(p.address)) for p in ports] == [("eth1", "10.10.10.19"), ("eth2", "10.10.20.19")]
+    assert two.hosts["stor"].storage_link == ports[0]
+    assert two.target_address(two.target_for("nvme-tcp")) == "10.10.10.19"  # the first path, as before
+    assert LabModel.model_validate(two.model_dump(mode="json")) == two  # a dumped lab loads back (the vlab tests)
 
 
 BAD = [
@@ -189,6 +209,22 @@ BAD = [
         "bad-address",
         GOOD.replace("address: 10.10.10.19", "address: 10.10.10.300"),
         r"lab\.yaml:\d+: hosts\.stor\.storage\.address: ",
+    ),
+    (
+        "bad-address-of-a-second-path",
+        GOOD.replace(
+            "storage: {interface: eth1, address: 10.10.10.19}",
+            "storage: [{interface: eth1, address: 10.10.10.19}, {interface: eth2, address: 10.10.20.300}]",
+        ),
+        r"lab\.yaml:6: hosts\.stor\.storage\[1\]\.address: ",
+    ),
+    (
+        "two-paths-on-one-interface",
+        GOOD.replace(
+            "storage: {interface: eth1, address: 10.10.10.19}",
+            "storage: [{interface: eth1, address: 10.10.10.19}, {interface: eth1, address: 10.10.20.19}]",
+        ),
+        r"lab\.yaml:6: hosts\.stor\.storage: two storage ports share the interface eth1; each path needs its own$",
     ),
 ]
 

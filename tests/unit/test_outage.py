@@ -452,3 +452,31 @@ def test_the_long_outage_recorded_on_the_lab_saw_io_errors_and_fio_ended_at_them
     no_errors = outage.OutageResult(LONG, 16.0, {"vnode1": replace(figures, io_errors=0)})
     (problem,) = outage.outage_problems(no_errors, Thresholds(), ["vnode1"])
     assert "no I/O error was seen" in problem
+
+
+# -- every path of a host -----------------------------------------------------------------------------------------
+
+
+def test_every_storage_port_of_a_host_gets_its_own_outage() -> None:
+    links = outage._link_faults(lab(), TimeoutsHost(NVME_LISTING, "vnode1"), "fabricqa")
+    assert [(type(link).__name__, link.interface) for link in links] == [("LinkDrop", "eth1"), ("LinkDrop", "eth2")]
+
+
+class _Link:
+    def __init__(self, when: float | None) -> None:
+        self.when = when
+        self.restored = False
+
+    def restore(self) -> float:
+        self.restored = True
+        if self.when is None:
+            raise faults.FaultError("vnode1", "cannot restore 'eth1'", "by hand")
+        return self.when
+
+
+def test_every_path_is_restored_even_when_one_fails_and_the_outage_ends_with_the_first_back() -> None:
+    assert outage._restore_all([_Link(12.5), _Link(12.0)]) == 12.0  # type: ignore[list-item]
+    failing, other = _Link(None), _Link(13.0)
+    with pytest.raises(faults.FaultError):
+        outage._restore_all([failing, other])  # type: ignore[list-item]
+    assert failing.restored and other.restored

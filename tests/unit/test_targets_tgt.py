@@ -420,12 +420,14 @@ def test_iser_creates_the_target_with_the_iser_driver(tmp_path: Path) -> None:
 
 def test_iser_admits_each_initiator_by_name_and_by_its_storage_address(tmp_path: Path) -> None:
     """tgt's iSER login before 1.0.95 wants an address rule AND a name rule (a name rule alone answered "target not
-    found" on vstor; iSCSI over TCP takes either): the initiators' names and storage addresses, never ALL."""
+    found" on vstor; iSCSI over TCP takes either): the initiators' names and storage addresses (every path's),
+    never ALL."""
     host = FakeTgtd()
     _target(_lab(tmp_path), host).provision("iser", UndoStack())
     (target,) = host.targets.values()
     assert target["acls"] == [
-        "iqn.2026-11.io.fabricqa:vnode1", "iqn.2026-11.io.fabricqa:vnode2", "10.10.10.17", "10.10.10.18",
+        "iqn.2026-11.io.fabricqa:vnode1", "iqn.2026-11.io.fabricqa:vnode2",
+        "10.10.10.17", "10.10.20.17", "10.10.10.18", "10.10.20.18",
     ]  # fmt: skip
     tcp = FakeTgtd()
     _target(_lab(tmp_path), tcp).provision("iscsi", UndoStack())

@@ -26,16 +26,20 @@ def test_every_guest_answers_the_real_ssh_client_with_the_lab_it_was_asked_for(v
     kernels = set()
     for guest in spec.guests:
         # The real ssh client, host key checked against the pinned known_hosts (StrictHostKeyChecking=yes).
-        argv = [*virtual_lab.ssh_argv(guest.name), "hostname; uname -r; rdma link; ip -j addr show eth1"]
+        argv = [*virtual_lab.ssh_argv(guest.name), "hostname; uname -r; rdma -j link; ip -j addr show"]
         out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
         name, kernel, rdma, addr = out.split("\n", 3)
         assert name == guest.name
         kernels.add(kernel)
-        assert "rxe0/1 state ACTIVE" in rdma and "netdev eth1" in rdma
-        eth1 = json.loads(addr)[0]
-        assert eth1["mtu"] == guest.storage_mtu
-        inet = [a for a in eth1["addr_info"] if a["family"] == "inet"]
-        assert f"{inet[0]['local']}/{inet[0]['prefixlen']}" == guest.storage_address
+        # Every storage segment: eth1, eth2, ... with its address, the lab's MTU and an ACTIVE Soft-RoCE link.
+        links = {link["ifname"]: link for link in json.loads(addr)}
+        rxe = {link.get("netdev"): link for link in json.loads(rdma)}
+        for n, address in enumerate((guest.storage_address, *guest.storage_paths), 1):
+            port = links[f"eth{n}"]
+            assert port["mtu"] == guest.storage_mtu
+            inet = [a for a in port["addr_info"] if a["family"] == "inet"]
+            assert f"{inet[0]['local']}/{inet[0]['prefixlen']}" == address
+            assert rxe[f"eth{n}"]["ifname"] == f"rxe{n - 1}" and rxe[f"eth{n}"]["state"] == "ACTIVE"
         assert "fabricqa-init: READY " + guest.name in virtual_lab.console_log(guest.name).read_text()
     assert len(kernels) == 1  # one image, one kernel
 
@@ -49,6 +53,15 @@ def test_the_storage_segment_carries_full_frames_unfragmented(virtual_lab: Virtu
     assert ping.ok, ping.stdout + ping.stderr
     ping = virtual_lab.ssh(initiator.name, ["ping", "-c", "2", "-W", "5", target.name], check=False)
     assert ping.ok, ping.stdout + ping.stderr
+    # Each further segment carries full frames too, and only its own subnet: its own path.
+    for mine, theirs in zip(target.storage_paths, initiator.storage_paths, strict=True):
+        peer = theirs.split("/")[0]
+        ping = virtual_lab.ssh(
+            target.name, ["ping", "-c", "2", "-W", "5", "-M", "do", "-s", payload, peer], check=False
+        )
+        assert ping.ok, ping.stdout + ping.stderr
+        route = virtual_lab.ssh(target.name, ["ip", "-o", "route", "get", peer]).stdout
+        assert f"src {mine.split('/')[0]}" in route, route
 
 
 def test_drives_and_initiator_names_are_the_labs(virtual_lab: VirtualLab) -> None:

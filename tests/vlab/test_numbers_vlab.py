@@ -93,7 +93,7 @@ def servers(vlab: Vlab) -> Iterator[list[FioServer]]:
     started: list[FioServer] = []
     try:
         for name in lab.hosts_with("initiator"):
-            storage = lab.hosts[name].storage
+            storage = lab.hosts[name].storage_link
             assert storage is not None
             hosts[name].run(server_stop_argv(PIDFILE), check=False)
             hosts[name].run(server_argv(address=str(storage.address), pidfile=PIDFILE))

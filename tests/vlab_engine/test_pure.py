@@ -173,6 +173,61 @@ def test_qemu_argv() -> None:
     assert not any(a.startswith("nvme,") for a in second)
 
 
+PATHS = VlabSpec(
+    name="lab2",
+    guests=(
+        Guest("vstor", 10022, "10.10.10.10/24", storage_paths=("10.10.20.10/24",)),
+        Guest("init1", 10023, "10.10.10.11/24", storage_paths=("10.10.20.11/24",)),
+    ),
+)
+
+
+def test_a_second_path_is_a_second_nic_on_a_second_switch() -> None:
+    image = Image(Path("/cache/k"), "k", "6.1.0-1-amd64")
+    argv = qemu_argv(PATHS.guests[1], 1, image, Path("/g"), Path("/run/lab/sock"))
+    assert PATHS.segments == 2 and SPEC.segments == 1
+    assert "stream,id=storage,server=off,addr.type=unix,addr.path=/run/lab/sock/switch.sock" in argv
+    assert "stream,id=storage2,server=off,addr.type=unix,addr.path=/run/lab/sock/switch2.sock" in argv
+    assert "virtio-net-pci,netdev=storage2,mac=52:54:00:fa:02:01" in argv
+    vde = qemu_argv(PATHS.guests[1], 1, image, Path("/g"), Path("/run/lab/sock"), switch="vde")
+    assert "vde,id=storage2,sock=/run/lab/sock/switch2" in vde
+    # One storage NIC only without further paths, as before.
+    assert not any("storage2" in a for a in qemu_argv(SPEC.guests[1], 1, image, Path("/g"), Path("/s")))
+
+
+def test_the_guest_learns_each_further_paths_mac_and_address(tmp_path: Path) -> None:
+    env = tmp_path / "guest.env"
+    env.write_text(guest_env(PATHS, PATHS.guests[1], 1))
+    out = subprocess.run(
+        ["sh", "-c", '. "$1"; echo "$FQ_PATH_MACS|$FQ_PATH_ADDRESSES"', "-", str(env)],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert out == "52:54:00:fa:02:01|10.10.20.11/24"
+    env.write_text(guest_env(SPEC, SPEC.guests[1], 1))
+    out = subprocess.run(
+        ["sh", "-c", '. "$1"; echo "[$FQ_PATH_MACS|$FQ_PATH_ADDRESSES]"', "-", str(env)],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert out == "[|]"
+
+
+def test_the_vlab_lab_file_gives_every_guest_two_paths() -> None:
+    spec = spec_from_lab(load_lab(Path(__file__).parents[2] / "labs" / "vlab.yaml"))
+    assert spec.segments == 2
+    assert {g.name: g.storage_paths for g in spec.guests} == {
+        "vstor": ("10.10.20.19/24",), "vnode1": ("10.10.20.17/24",), "vnode2": ("10.10.20.18/24",),
+    }  # fmt: skip
+
+
+def test_a_guests_storage_interfaces_must_be_eth1_eth2_in_order(tmp_path: Path) -> None:
+    data = yaml.safe_load((Path(__file__).parents[2] / "labs" / "vlab.yaml").read_text())
+    data["hosts"]["vnode1"]["storage"] = [
+        {"interface": "eth2", "address": "10.10.20.17"}, {"interface": "eth1", "address": "10.10.10.17"},
+    ]  # fmt: skip
+    with pytest.raises(SpecError, match=r"hosts\.vnode1\.storage: .* are eth1, eth2 in that order"):
+        spec_from_lab(LabModel.model_validate(data))
+
+
 def test_virtio_drive_argv() -> None:
     guest = Guest("g", 10030, "10.0.0.1/24", drives=(Drive("D1", 64, kind="virtio"),))
     argv = qemu_argv(guest, 0, Image(Path("/c"), "k", "v"), Path("/g"), Path("/s"))
@@ -297,6 +352,41 @@ def test_socket_dir_stays_short(tmp_path: Path) -> None:
             "drives[0].kind",
         ),
         ({"guests": [{"name": "a", "ssh_port": 10022, "storage_address": "10.0.0.1/24", "cpu": 2}]}, "unknown"),
+        (
+            {
+                "guests": [
+                    {
+                        "name": "a",
+                        "ssh_port": 10022,
+                        "storage_address": "10.0.0.1/24",
+                        "storage_paths": ["10.0.1.1/24"],
+                    },
+                    {
+                        "name": "b",
+                        "ssh_port": 10023,
+                        "storage_address": "10.0.0.2/24",
+                        "storage_paths": ["10.0.2.2/24"],
+                    },
+                ]
+            },
+            "guests[*].storage_paths[0]: the guests share one L2 segment there but are in 2 subnets",
+        ),
+        (
+            {
+                "guests": [
+                    {"name": "a", "ssh_port": 10022, "storage_address": "10.0.0.1/24", "storage_paths": ["10.0.0.9/24"]}
+                ]
+            },
+            "guests[*].storage_paths[0]: segment 2 is in 10.0.0.0/24, which overlaps another segment's subnet",
+        ),
+        (
+            {
+                "guests": [
+                    {"name": "a", "ssh_port": 10022, "storage_address": "10.0.0.1/24", "storage_paths": ["10.0.0.1/24"]}
+                ]
+            },
+            "guests[0].storage_paths[0]: 10.0.0.1 is used twice",
+        ),
         (
             {"guests": [{"name": "a", "ssh_port": 10022, "storage_address": "10.0.0.1/24", "hugepages_mb": 511}]},
             "guests[0].hugepages_mb: 511 must be an even number of MiB (2 MiB pages), at most half of memory_mb",
