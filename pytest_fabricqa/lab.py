@@ -10,7 +10,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -523,6 +523,114 @@ class FailoverSettings(_Model):
         return self
 
 
+Seconds = Annotated[int, Field(ge=0, le=3600)]
+OFF = "off"
+
+
+def _seconds(value: Any, *, off: bool, most: int = 3600) -> Any:
+    """A timeout in whole seconds from 0 to ``most``, or ``off`` where the kernel has it (it shows -1 so).
+
+    YAML 1.1 reads an unquoted ``off``/``no`` as false and ``on``/``yes`` as true, which pydantic would take for 0
+    and 1: false is the kernel's ``off`` where it has one, any other yes/no is refused. Checked here so that a
+    value neither a number nor ``off`` is one message, not one per member of ``int | "off"``."""
+    allowed = f"whole seconds from 0 to {most}" + (", or off" if off else "")
+    if isinstance(value, bool):
+        if off and value is False:
+            return OFF
+        raise ValueError(f"{str(value).lower()} (YAML's reading of yes/no/on/off) is not {allowed}")
+    if off and value == OFF:
+        return value
+    if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()):
+        value = int(value)
+    if not isinstance(value, int) or not 0 <= value <= most:
+        hint = " (the kernel shows -1 as off)" if off and isinstance(value, int) and value < 0 else ""
+        raise ValueError(f"{value!r} is not {allowed}{hint}")
+    return value
+
+
+class NvmePathSettings(_Model):
+    """What every initiator shows for the NVMe-oF fabric's controllers while it is connected (checked by the
+    connectivity suite, read-only: nothing is set). None: not checked, the value is still read and recorded.
+    ``failover.nvme`` changes some of these for the failover cases only; these are the connected defaults."""
+
+    native: bool | None = None
+    """``/sys/module/nvme_core/parameters/multipath`` (Y/N, the ``nvme_core.multipath`` module parameter): whether
+    the kernel's native multipath merges a namespace's paths into one ``/dev/nvmeXnY``. Off, every path is a block
+    device of its own and dm-multipath has to group them."""
+    iopolicy: Literal["numa", "round-robin", "queue-depth"] | None = None
+    """``/sys/class/nvme-subsystem/nvme-subsysN/iopolicy`` of each of the fabric's subsystems: which live path
+    native multipath sends I/O down (``numa``: the nearest; ``round-robin``; ``queue-depth``: the least busy,
+    Linux 6.11 and later). The module parameter ``nvme_core.iopolicy`` is only the default for new subsystems."""
+    ctrl_loss_tmo_s: int | Literal["off"] | None = None
+    """``/sys/class/nvme/nvmeX/ctrl_loss_tmo`` (``nvme connect --ctrl-loss-tmo``): how long after a controller
+    lost its path the host keeps reconnecting before it deletes the controller, failing its queued I/O (and, with
+    no other path, the namespace). ``off``: reconnect for ever, I/O waits for ever without another path. The kernel
+    keeps it as a number of reconnects and shows that times reconnect_delay."""
+    reconnect_delay_s: Annotated[int, Field(ge=1, le=3600)] | None = None
+    """``/sys/class/nvme/nvmeX/reconnect_delay`` (``--reconnect-delay``): how often the host tries to reconnect."""
+    fast_io_fail_tmo_s: int | Literal["off"] | None = None
+    """``/sys/class/nvme/nvmeX/fast_io_fail_tmo`` (``--fast_io_fail_tmo``): how long after the path was lost I/O
+    fails instead of waiting for a reconnect, while the host goes on reconnecting. ``off``: I/O waits until
+    ctrl_loss_tmo (native multipath sends it down another live path at once either way)."""
+
+    @field_validator("ctrl_loss_tmo_s", mode="before")
+    @classmethod
+    def _loss(cls, value: Any) -> Any:
+        return _seconds(value, off=True, most=86400)
+
+    @field_validator("fast_io_fail_tmo_s", mode="before")
+    @classmethod
+    def _fail(cls, value: Any) -> Any:
+        return _seconds(value, off=True)
+
+    @field_validator("reconnect_delay_s", mode="before")
+    @classmethod
+    def _whole(cls, value: Any) -> Any:
+        return _seconds(value, off=False)
+
+    @model_validator(mode="after")
+    def _shown_as_reconnects(self) -> NvmePathSettings:
+        loss, delay = self.ctrl_loss_tmo_s, self.reconnect_delay_s
+        if isinstance(loss, int) and delay is not None and loss % delay:
+            shown = -(-loss // delay) * delay
+            raise ValueError(
+                f"ctrl_loss_tmo_s {loss} is never shown with reconnect_delay_s {delay}: the kernel keeps "
+                f"{shown // delay} reconnects and shows {shown}; expect {shown}"
+            )
+        return self
+
+
+class IscsiPathSettings(_Model):
+    """What every initiator shows for the iSCSI or iSER fabric's sessions while logged in (checked by the
+    connectivity suite, read-only). None: not checked, the value is still read and recorded. Keys are the
+    kernel's names, as ``failover.iscsi``'s; open-iscsi's node settings (iscsid.conf) give their values."""
+
+    recovery_tmo_s: Seconds | None = None
+    """``/sys/class/iscsi_session/sessionN/recovery_tmo`` (``node.session.timeo.replacement_timeout``): how long
+    after the connection failed the session holds I/O for a new login before it fails the I/O, so that
+    dm-multipath can send it down another path."""
+    recv_tmo_s: Seconds | None = None
+    """``/sys/class/iscsi_connection/connectionN:C/recv_tmo`` (``node.conn[0].timeo.noop_out_interval``): after
+    how long without a PDU from the target the initiator sends a nop-out (0: never)."""
+    ping_tmo_s: Annotated[int, Field(ge=1, le=3600)] | None = None
+    """``/sys/class/iscsi_connection/connectionN:C/ping_tmo`` (``node.conn[0].timeo.noop_out_timeout``): how long
+    a nop-out may go unanswered before the connection is failed; recovery_tmo starts then."""
+
+    @field_validator("recovery_tmo_s", "recv_tmo_s", "ping_tmo_s", mode="before")
+    @classmethod
+    def _whole(cls, value: Any) -> Any:
+        return _seconds(value, off=False)
+
+
+class MultipathSettings(_Model):
+    """The path settings every initiator should show while a fabric is connected: what decides whether a lost
+    path stalls I/O, fails it or sends it down another path (the connectivity suite reads them, never sets them).
+    dm-multipath's own settings (multipathd, no_path_retry) are not covered yet."""
+
+    nvme: NvmePathSettings = NvmePathSettings()
+    iscsi: IscsiPathSettings = IscsiPathSettings()
+
+
 class VlabDrive(_Model):
     """An emulated drive in a virtual-lab guest: ``nvme`` (-device nvme, /dev/nvmeXn1) or ``virtio`` (/dev/vdX)."""
 
@@ -558,6 +666,7 @@ class LabModel(_Model):
     database: OracleSettings | None = None
     integrity: IntegritySettings = IntegritySettings()
     failover: FailoverSettings = FailoverSettings()
+    multipath: MultipathSettings = MultipathSettings()
     vlab: dict[str, VlabGuest] | None = None
 
     @field_validator("hosts")

@@ -2,19 +2,24 @@
 
 Discovery shows what the lab exports; each initiator is connected; each device has the size and logical block
 size of its backing device on the target; each unit has one WWID on every initiator and no two share one (what
-multipath groups paths by); a short read-only fio pass succeeds on every device; and after
+multipath groups paths by); the path timeouts and native multipath are what the lab's ``multipath`` section
+expects (and recorded whatever it expects); a short read-only fio pass succeeds on every device; and after
 teardown no controller, session or target object of ours is left. Parametrized by protocol (ids are the
 protocol names); the ``fabric`` fixture is connected once per protocol for the whole session.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pytest_fabricqa.fanout import each
 from pytest_fabricqa.fio.parse import FioOutputError, parse_fio_output
+from pytest_fabricqa.initiators.paths import path_settings_case, path_settings_problems, read_everywhere
 from pytest_fabricqa.initiators.wwid import read_wwids, wwid_problems
 from pytest_fabricqa.lab import LabModel
+from pytest_fabricqa.protocols import protocol as protocol_spec
 from pytest_fabricqa.provision import Fabric, FabricDevice, leftovers
 from pytest_fabricqa.transport.base import Host
 
@@ -85,6 +90,22 @@ def test_every_unit_has_one_wwid_on_every_initiator_and_no_two_share_one(
     found = each(initiators, lambda host: read_wwids(host, [d.path for d in fabric.devices_on(host.name)]))
     wwids = {name: value for name, value in found.items() if not isinstance(value, BaseException)}
     problems = wwid_problems(fabric.devices, wwids)
+    assert not problems, "\n".join(problems)
+
+
+def test_path_settings_are_what_the_lab_expects(
+    fabric: Fabric, initiators: list[Host], protocol: str, fabricqa_report: Any, request: pytest.FixtureRequest
+) -> None:
+    """How a lost path plays out on each initiator: native NVMe multipath, each controller's ctrl_loss_tmo,
+    reconnect_delay and fast_io_fail_tmo and its subsystem's iopolicy, or each session's recovery_tmo and its
+    connections' nop-out timeouts, against the lab's ``multipath`` section; every value read is recorded."""
+    hosts = [host for host in initiators if fabric.devices_on(host.name)]
+    family = protocol_spec(protocol).family
+    found, problems = read_everywhere(hosts, fabric.export.subsystems)
+    problems += path_settings_problems(found, fabric.export.subsystems, family, fabric.lab.multipath)
+    case = path_settings_case(request.node.nodeid, f"{protocol}-{fabric.target}-path-settings", protocol,
+                              fabric.target, family, found, problems, fabric.lab.multipath)  # fmt: skip
+    fabricqa_report.record(case, request)
     assert not problems, "\n".join(problems)
 
 
