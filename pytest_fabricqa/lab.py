@@ -534,6 +534,8 @@ def _seconds(value: Any, *, off: bool, most: int = 3600) -> Any:
     and 1: false is the kernel's ``off`` where it has one, any other yes/no is refused. Checked here so that a
     value neither a number nor ``off`` is one message, not one per member of ``int | "off"``."""
     allowed = f"whole seconds from 0 to {most}" + (", or off" if off else "")
+    if value is None:  # not checked (the default; also what a dumped lab holds, and loads back)
+        return value
     if isinstance(value, bool):
         if off and value is False:
             return OFF
