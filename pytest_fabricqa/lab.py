@@ -6,6 +6,7 @@ A lab file is read once, at load time, into validated pydantic models. Every mis
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -359,6 +360,11 @@ class TargetModel(_Model):
     integrity_protocols: tuple[Protocol, ...] | None = None
     """The protocols this target runs the integrity suite over (default: every one it serves): a lab that
     qualifies several targets can prove a second target's data path over fewer transports."""
+    paths: Literal["first", "all"] = "first"
+    """Which of its host's storage ports the target serves on: ``first`` (one path), or ``all``: a listener on
+    every storage port of the host, and every initiator connects over each (from its own port in the same
+    subnet), so the kernel's native NVMe multipath sees every namespace through one controller per path. ``all``
+    is nvmet's for now: SPDK's listeners and dm-multipath for iSCSI and iSER are the next steps."""
     name_prefix: str = "fabricqa"
 
     @field_validator("kind")
@@ -751,6 +757,18 @@ class LabModel(_Model):
                 return target
         which = f"no target {name!r}" if name else "no target"
         raise LabError(f"lab {self.name!r}: {which} serves {protocol}")
+
+    def target_addresses(self, target: TargetModel) -> tuple[str, ...]:
+        """Every portal address of the target, one per path: its storage ports' with ``paths: all``, else the one
+        :meth:`target_address`."""
+        if target.paths == "all" and target.host is not None and self.hosts[target.host].storage:
+            return tuple(str(p.address) for p in self.hosts[target.host].storage)
+        return (self.target_address(target),)
+
+    def local_port(self, host: str, remote: str) -> str | None:
+        """``host``'s storage address in the same subnet (``network.prefix_len``) as ``remote``, or None."""
+        net = ipaddress.ip_interface(f"{remote}/{self.network.prefix_len}").network
+        return next((str(p.address) for p in self.hosts[host].storage if p.address in net), None)
 
     def target_address(self, target: TargetModel) -> str:
         """The portal address initiators use: the external address, or the target host's storage address."""

@@ -38,6 +38,17 @@ def lab_problems(lab: LabModel) -> Iterator[tuple[Key, str]]:
     yield from _protocol_rules(lab)
     yield from _access_rules(lab)
     yield from _database_rules(lab)
+    yield from _path_rules(lab)
+
+
+def _path_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
+    for i, target in enumerate(lab.targets):
+        if target.paths == "all" and target.kind != "nvmet":
+            yield (
+                ("targets", str(i), "paths"),
+                f"paths: all (every storage port a path) is built for nvmet targets only so far, not {target.kind}; "
+                "use paths: first",
+            )
 
 
 def _target_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:

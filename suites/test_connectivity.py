@@ -1,7 +1,8 @@
 """Connectivity: the target serving each protocol is provisioned, every initiator connects and sees its devices.
 
 Discovery shows what the lab exports; each initiator is connected; each device has the size and logical block
-size of its backing device on the target; each unit has one WWID on every initiator and no two share one (what
+size of its backing device on the target; each reaches every unit over every path the target serves on; each unit
+has one WWID on every initiator and no two share one (what
 multipath groups paths by); the path timeouts and native multipath are what the lab's ``multipath`` section
 expects (and recorded whatever it expects); a short read-only fio pass succeeds on every device; and after
 teardown no controller, session or target object of ours is left. Parametrized by protocol (ids are the
@@ -16,6 +17,8 @@ import pytest
 
 from pytest_fabricqa.fanout import each
 from pytest_fabricqa.fio.parse import FioOutputError, parse_fio_output
+from pytest_fabricqa.initiators import iscsi, nvme
+from pytest_fabricqa.initiators.connect import path_problems
 from pytest_fabricqa.initiators.paths import path_settings_case, path_settings_problems, read_everywhere
 from pytest_fabricqa.initiators.wwid import read_wwids, wwid_problems
 from pytest_fabricqa.lab import LabModel
@@ -54,6 +57,22 @@ def test_every_initiator_is_connected(fabric: Fabric, initiators: list[Host]) ->
         for host in initiators
         if len(fabric.devices_on(host.name)) != wanted
     ]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_initiator_reaches_every_unit_over_every_path(fabric: Fabric, initiators: list[Host]) -> None:
+    """Each initiator reaches every subsystem over every path the target serves on (one live NVMe controller, or
+    one iSCSI session, per portal address): with ``paths: all`` a namespace has one controller per storage port."""
+
+    def read(host: Host) -> list[str]:
+        if not fabric.devices_on(host.name):
+            return []
+        nvme_family = protocol_spec(fabric.export.protocol).family == "nvme"
+        controllers = nvme.state(host)[0] if nvme_family else []
+        sessions = [] if nvme_family else iscsi.sessions(host)
+        return path_problems(host.name, fabric.export, controllers, sessions)
+
+    problems = [p for found in each(initiators, read).values() if isinstance(found, list) for p in found]
     assert not problems, "\n".join(problems)
 
 

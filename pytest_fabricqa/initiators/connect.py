@@ -47,14 +47,15 @@ class Connected:
 
 
 def connect_one(lab: LabModel, model: TargetModel, export: Export, host: Host, undo: UndoStack) -> Connected:
-    if not portal_reachable(host, export.address, export.port, "rdma" if export.transport == "rdma" else "tcp"):
-        where = f"targets[{lab.targets.index(model)}]"
-        raise ProvisionError(
-            host.name,
-            f"cannot reach the portal {export.address}:{export.port} ({export.protocol})",
-            f"check the storage network (address and link of the storage interface, routes, firewall) and the "
-            f"target's address ({where})",
-        )
+    for address in export.addresses:
+        if not portal_reachable(host, address, export.port, "rdma" if export.transport == "rdma" else "tcp"):
+            where = f"targets[{lab.targets.index(model)}]"
+            raise ProvisionError(
+                host.name,
+                f"cannot reach the portal {address}:{export.port} ({export.protocol})",
+                f"check the storage network (address and link of the storage interface, routes, firewall) and the "
+                f"target's address ({where})",
+            )
     if protocol_spec(export.protocol).family == "nvme":
         return connect_nvme(lab, export, host, undo)
     return connect_iscsi(lab, model, export, host, undo)
@@ -96,16 +97,37 @@ def connect_nvme(lab: LabModel, export: Export, host: Host, undo: UndoStack) -> 
             f"{', '.join(already)} is already connected on this host, and not by this run",
             f"if nothing uses it, disconnect it (nvme disconnect -n {already[0]}); else wait for whoever uses it",
         )
-    for nqn in export.subsystems:
-        undo.push(f"disconnect {nqn}", partial(nvme.disconnect, host, nqn))
-        try:
-            nvme.connect(host, trtype, export.address, export.port, nqn, hostnqn, options)
-        except CommandError as exc:
+    # Every path: one controller per portal, each from this host's own port in the portal's subnet (one path, one
+    # port) when the target has several; the kernel's native multipath joins them under one namespace device.
+    paths = [(a, lab.local_port(host.name, a) if len(export.addresses) > 1 else None) for a in export.addresses]
+    for address, local in paths:
+        if len(paths) > 1 and local is None:
             raise ProvisionError(
                 host.name,
-                f"nvme connect to {nqn} at {export.address}:{export.port} ({trtype}) failed ({command_tail(exc)})",
-                "see dmesg on both ends (host NQN allowed? queue count? RDMA link?)",
-            ) from None
+                f"has no storage port in the subnet of the target's path {address}",
+                f"give hosts.{host.name}.storage a port in that subnet, or set the target's paths: first",
+            )
+    for nqn in export.subsystems:
+        undo.push(f"disconnect {nqn}", partial(nvme.disconnect, host, nqn))
+        for address, local in paths:
+            try:
+                nvme.connect(host, trtype, address, export.port, nqn, hostnqn, options, host_traddr=local)
+            except CommandError as exc:
+                raise ProvisionError(
+                    host.name,
+                    f"nvme connect to {nqn} at {address}:{export.port} ({trtype}) failed ({command_tail(exc)})",
+                    "see dmesg on both ends (host NQN allowed? queue count? RDMA link?)",
+                ) from None
+    if len(paths) > 1:
+        controllers = nvme.state(host)[0]
+        for nqn in export.subsystems:
+            live = [c for c in controllers if c.subsysnqn == nqn]
+            if len(live) != len(paths):
+                raise ProvisionError(
+                    host.name,
+                    f"{nqn} has {len(live)} controller(s) after connecting over {len(paths)} paths",
+                    "see dmesg on both ends (is every path's port and RDMA link up?)",
+                )
     wanted = [(u.subsystem, u.address) for u in export.units]
     found = nvme.wait_for_namespaces(host, wanted, DEVICE_TIMEOUT_S)
     for key in wanted:
@@ -115,6 +137,18 @@ def connect_nvme(lab: LabModel, export: Export, host: Host, undo: UndoStack) -> 
                 f"namespace {key[1]} of {key[0]} has no block device {DEVICE_TIMEOUT_S:.0f} s after connect",
                 "check that the namespace is enabled on the target and see dmesg on the initiator",
             )
+    if len(paths) > 1:
+        # Without native multipath every path makes a device of its own: two disks that are one namespace.
+        shown = nvme.state(host)[1]
+        for nqn, nsid in wanted:
+            names = sorted(d.name for d in shown if (d.subsysnqn, d.nsid) == (nqn, nsid))
+            if len(names) > 1:
+                raise ProvisionError(
+                    host.name,
+                    f"namespace {nsid} of {nqn} shows as {len(names)} devices ({', '.join(names)}), one per path",
+                    "turn the kernel's native NVMe multipath on (nvme_core multipath=Y), or set the target's "
+                    "paths: first",
+                )
     devices = [
         FabricDevice(
             host.name,
@@ -236,6 +270,38 @@ def connect_iscsi(lab: LabModel, model: TargetModel, export: Export, host: Host,
         for u in export.units
     ]
     return Connected(devices, discovered)
+
+
+def _traddr(address: str) -> str:
+    """``traddr=10.10.10.19,trsvcid=4420,src_addr=...`` (a controller's ``address`` in sysfs) -> ``10.10.10.19``."""
+    fields = dict(part.partition("=")[::2] for part in address.replace(" ", ",").split(",") if "=" in part)
+    return fields.get("traddr", "")
+
+
+def path_problems(
+    host: str, export: Export, controllers: Iterable[nvme.Controller], sessions: Iterable[iscsi.Session]
+) -> list[str]:
+    """Whether ``host`` reaches every exported subsystem over every path of ``export`` (its portal addresses): one
+    live NVMe controller per path and subsystem, or one iSCSI session per path; one sentence per gap."""
+    problems = []
+    wanted = list(export.addresses)
+    for name in export.subsystems:
+        if protocol_spec(export.protocol).family == "nvme":
+            ours = [c for c in controllers if c.subsysnqn == name]
+            reached = sorted(_traddr(c.address) for c in ours if c.state == "live")
+            down = [f"{c.name} ({c.state})" for c in ours if c.state != "live"]
+            what = "live controller"
+        else:
+            reached = sorted(s.portal.rsplit(":", 1)[0].strip("[]") for s in sessions if s.iqn == name)
+            down, what = [], "session"
+        missing = [a for a in wanted if a not in reached]
+        if missing or len(reached) != len(wanted):
+            problems.append(
+                f"{host}: {name} is reached over {len(reached)} path(s) ({', '.join(reached) or 'none'}), the lab "
+                f"gives {len(wanted)} ({', '.join(wanted)}): no {what} to {', '.join(missing) or 'a path'}"
+                + (f"; not live: {', '.join(down)}" if down else "")
+            )
+    return problems
 
 
 # -- what this plugin left on an initiator ----------------------------------------------------------------------

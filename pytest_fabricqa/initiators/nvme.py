@@ -208,9 +208,13 @@ def connect(
     nqn: str,
     hostnqn: str | None = None,
     options: ConnectOptions | None = None,
+    host_traddr: str | None = None,
 ) -> None:
-    """Connect ``host`` to subsystem ``nqn`` at the portal."""
+    """Connect ``host`` to subsystem ``nqn`` at the portal (from its address ``host_traddr`` when given: the
+    path's own port)."""
     argv = ["nvme", "connect", "-t", trtype, "-a", address, "-s", str(port), "-n", nqn]
+    if host_traddr:
+        argv.append(f"--host-traddr={host_traddr}")
     if hostnqn:
         argv.append(f"--hostnqn={hostnqn}")
     opts = options or ConnectOptions()

@@ -65,6 +65,12 @@ class Export:
     units: tuple[ExportedUnit, ...]
     target_host: str | None  # the lab host running the target (None for an external array)
     target: str | None = None  # the lab's name of the target (set by connect_fabric; drivers need not)
+    more_addresses: tuple[str, ...] = ()  # further portals, same port: one more path each (``paths: all``)
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        """Every portal address, one per path, the first first."""
+        return (self.address, *self.more_addresses)
 
     @property
     def subsystems(self) -> tuple[str, ...]:

@@ -60,7 +60,7 @@ CASES = {
     ),
     "spdk-short-nqn": (
         _swap(
-            _swap(VLAB, "  - kind: nvmet\n", "  - kind: spdk\n"),
+            _swap(_swap(VLAB, "  - kind: nvmet\n", "  - kind: spdk\n"), "    paths: all ", "    paths: first "),
             '"nqn.2026-11.io.fabricqa:vlab-nvme0"',
             "nvmet2",
         ),

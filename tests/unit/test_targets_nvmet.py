@@ -102,12 +102,15 @@ def test_port_conflict_finds_the_same_address_and_wildcards_but_not_other_transp
     assert port_conflict(snap, rdma) == 1
 
 
-def test_plan_from_the_vlab_lab_serves_each_nvme_protocol_on_the_storage_address() -> None:
+def test_plan_from_the_vlab_lab_serves_each_nvme_protocol_on_every_storage_address() -> None:
     lab = load_lab(LABS / "vlab.yaml")
     for protocol, trtype in (("nvme-tcp", "tcp"), ("nvme-rdma", "rdma")):
         plan = plan_from_lab(lab, lab.target_for(protocol), protocol)
-        (port,) = plan.ports
-        assert (port.trtype, port.traddr, port.trsvcid) == (trtype, "10.10.10.19", 4420)
+        # paths: all: a port per storage port of vstor, the first first (the portal discovery asks).
+        assert [(p.trtype, p.traddr, p.trsvcid) for p in plan.ports] == [
+            (trtype, "10.10.10.19", 4420), (trtype, "10.10.20.19", 4420),
+        ]  # fmt: skip
+        assert all(p.subsystems == plan.ports[0].subsystems for p in plan.ports)
         assert [(s.nqn, [ns.path for ns in s.namespaces]) for s in plan.subsystems] == [
             ("nqn.2026-11.io.fabricqa:vlab-ram0", ["/dev/ram0"]),
             ("nqn.2026-11.io.fabricqa:vlab-nvme0", ["/dev/nvme0n1"]),
@@ -172,3 +175,11 @@ def test_rac3_declares_the_seed_000_namespaces_with_their_nguids() -> None:
         }
     )
     assert [(p.trtype, p.traddr, p.trsvcid) for p in declared.ports] == [("rdma", "10.10.10.19", 4420)]
+
+
+def test_with_paths_first_the_plan_has_the_first_storage_port_only(tmp_path: Path) -> None:
+    path = tmp_path / "lab.yaml"
+    path.write_text((LABS / "vlab.yaml").read_text().replace("    paths: all ", "    paths: first "))
+    lab = load_lab(path)
+    plan = plan_from_lab(lab, lab.target_for("nvme-tcp"), "nvme-tcp")
+    assert [p.traddr for p in plan.ports] == ["10.10.10.19"]

@@ -106,7 +106,8 @@ class NvmetTarget(ConfigfsTarget):
             if ns.enable
         )
         port = plan.ports[0]
-        return Export(protocol, trtype, port.traddr, port.trsvcid, units, self.host.name)
+        more = tuple(p.traddr for p in plan.ports[1:] if p.trtype == port.trtype and p.trsvcid == port.trsvcid)
+        return Export(protocol, trtype, port.traddr, port.trsvcid, units, self.host.name, more_addresses=more)
 
     def _load_modules(self, trtype: str) -> None:
         module = f"nvmet_{trtype}"

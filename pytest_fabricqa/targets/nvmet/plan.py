@@ -117,5 +117,8 @@ def plan_from_lab(lab: LabModel, model: TargetModel, protocol: str) -> NvmetPlan
             allowed = initiator_nqns
         subsystems.append(NvmetSubsystem(sub.nqn, namespaces, sub.allow_any_host, tuple(allowed)))
     hosts = tuple(dict.fromkeys(h for s in subsystems for h in s.allowed_hosts))
-    port = NvmetPort(trtype, address, model.nvme.port, tuple(s.nqn for s in subsystems), _adrfam(address))
-    return NvmetPlan(tuple(subsystems), (port,), hosts)
+    ports = tuple(  # one per path: every storage port of the host with paths: all
+        NvmetPort(trtype, a, model.nvme.port, tuple(s.nqn for s in subsystems), _adrfam(a))
+        for a in lab.target_addresses(model)
+    )
+    return NvmetPlan(tuple(subsystems), ports, hosts)

@@ -1,0 +1,136 @@
+"""Several paths (``targets[].paths: all``): each initiator connects to every portal from its own port in that
+portal's subnet, the kernel's native multipath must make one device of a namespace's paths, and the connectivity
+case names a path an initiator does not reach. Hosts scripted with sysfs listings shaped like
+``nvme.SYSFS_SCRIPT``'s on the virtual lab (tests/data/targets/nvme-sysfs-tcp.txt)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fakes import ScriptedHost
+
+from pytest_fabricqa.initiators import iscsi, nvme
+from pytest_fabricqa.initiators.connect import connect_nvme, path_problems
+from pytest_fabricqa.lab import LabError, load_lab
+from pytest_fabricqa.targets.base import Export, ExportedUnit, ProvisionError, UndoStack
+
+LABS = Path(__file__).parents[2] / "labs"
+NQN = "nqn.2026-11.io.fabricqa:vlab-ram0"
+IQN = "iqn.2026-11.io.fabricqa:vstor"
+TWO = Export(
+    "nvme-tcp", "tcp", "10.10.10.19", 4420, (ExportedUnit(NQN, 1, "ram0", "/dev/ram0"),), "vstor",
+    more_addresses=("10.10.20.19",),
+)  # fmt: skip
+DISCOVERY = json.dumps(
+    {"records": [{"trtype": "tcp", "adrfam": "ipv4", "subtype": "nvme subsystem", "treq": "not specified",
+                  "portid": 1, "trsvcid": "4420", "subnqn": NQN, "traddr": "10.10.10.19"}]}
+)  # fmt: skip
+
+
+class MultipathHost(ScriptedHost):
+    """An initiator whose `nvme connect` adds a controller per call; with ``native`` one namespace device for the
+    subsystem, without it one device per controller (nvme_core multipath=N)."""
+
+    def __init__(self, native: bool = True) -> None:
+        super().__init__("vnode1")
+        self.native = native
+        self.controllers: list[str] = []
+
+    def answer(self, argv: tuple[str, ...]) -> str:
+        if argv[:2] == ("nvme", "discover"):
+            return DISCOVERY
+        if argv[:2] == ("nvme", "connect"):
+            address = argv[argv.index("-a") + 1]
+            local = next((a.split("=", 1)[1] for a in argv if a.startswith("--host-traddr=")), "10.10.10.17")
+            self.controllers.append(f"traddr={address},trsvcid=4420,src_addr={local}")
+            return ""
+        if argv[:2] == ("sh", "-c") and argv[2] == nvme.SYSFS_SCRIPT:
+            lines = [f"C\tnvme{i}\t{NQN}\ttcp\tlive\t{a}" for i, a in enumerate(self.controllers)]
+            heads = 1 if self.native else len(self.controllers)
+            lines += [f"N\tnvme{i}n1\t{NQN}\t1\t1048576\t512" for i in range(heads if self.controllers else 0)]
+            return "\n".join(lines) + "\n"
+        return ""
+
+
+def test_every_path_is_connected_from_the_initiators_port_in_its_subnet() -> None:
+    lab = load_lab(LABS / "vlab.yaml")
+    host = MultipathHost()
+    undo = UndoStack()
+    connected = connect_nvme(lab, TWO, host, undo)
+    connects = [c for c in host.commands if c[:2] == ("nvme", "connect")]
+    assert [(c[c.index("-a") + 1], next(a for a in c if a.startswith("--host-traddr="))) for c in connects] == [
+        ("10.10.10.19", "--host-traddr=10.10.10.17"), ("10.10.20.19", "--host-traddr=10.10.20.17"),
+    ]  # fmt: skip
+    assert [d.path for d in connected.devices] == ["/dev/nvme0n1"]  # one device for the namespace's two paths
+    assert len(undo) == 1  # one disconnect by NQN takes every path's controller
+
+
+def test_a_namespace_that_shows_once_per_path_is_one_line_naming_native_multipath() -> None:
+    lab = load_lab(LABS / "vlab.yaml")
+    with pytest.raises(ProvisionError, match=r"^vnode1: namespace 1 of .* shows as 2 devices \(nvme0n1, nvme1n1\), one"
+                       r" per path; turn the kernel's native NVMe multipath on"):  # fmt: skip
+        connect_nvme(lab, TWO, MultipathHost(native=False), UndoStack())
+
+
+def test_an_initiator_without_a_port_in_a_paths_subnet_is_one_line() -> None:
+    lab = load_lab(LABS / "vlab.yaml")
+    far = Export("nvme-tcp", "tcp", "10.10.10.19", 4420, TWO.units, "vstor", more_addresses=("10.10.30.19",))
+    host = MultipathHost()
+    with pytest.raises(ProvisionError, match=r"^vnode1: has no storage port in the subnet of the target's path "
+                       r"10\.10\.30\.19; give hosts\.vnode1\.storage a port"):  # fmt: skip
+        connect_nvme(lab, far, host, UndoStack())
+    assert not [c for c in host.commands if c[:2] == ("nvme", "connect")]
+
+
+def test_one_path_is_connected_without_a_local_address_as_before() -> None:
+    lab = load_lab(LABS / "vlab.yaml")
+    one = Export("nvme-tcp", "tcp", "10.10.10.19", 4420, TWO.units, "vstor")
+    host = MultipathHost()
+    connect_nvme(lab, one, host, UndoStack())
+    (connect,) = [c for c in host.commands if c[:2] == ("nvme", "connect")]
+    assert not any(a.startswith("--host-traddr") for a in connect)
+
+
+def _controller(name: str, address: str, state: str = "live") -> nvme.Controller:
+    return nvme.Controller(name, NQN, "tcp", state, f"traddr={address},trsvcid=4420,src_addr=10.10.10.17 ")
+
+
+def test_the_connectivity_case_names_a_path_not_reached_or_not_live() -> None:
+    both = [_controller("nvme0", "10.10.10.19"), _controller("nvme1", "10.10.20.19")]
+    assert path_problems("vnode1", TWO, both, []) == []
+    (problem,) = path_problems("vnode1", TWO, both[:1], [])
+    assert problem == (
+        f"vnode1: {NQN} is reached over 1 path(s) (10.10.10.19), the lab gives 2 (10.10.10.19, 10.10.20.19): "
+        "no live controller to 10.10.20.19"
+    )
+    (problem,) = path_problems("vnode1", TWO, [both[0], _controller("nvme1", "10.10.20.19", "connecting")], [])
+    assert problem.endswith("no live controller to 10.10.20.19; not live: nvme1 (connecting)")
+
+
+def test_one_iscsi_session_per_path() -> None:
+    export = Export("iscsi", "tcp", "10.10.10.19", 3260, (ExportedUnit(IQN, 0, "ram0", "/dev/ram0"),), "vstor")
+    session = iscsi.Session(3, "tcp", "10.10.10.19:3260", 1, IQN)
+    assert path_problems("vnode1", export, [], [session]) == []
+    (problem,) = path_problems("vnode1", export, [], [])
+    assert "is reached over 0 path(s) (none)" in problem and problem.endswith("no session to 10.10.10.19")
+
+
+def test_paths_all_is_refused_where_it_is_not_built_yet(tmp_path: Path) -> None:
+    text = (LABS / "vlab.yaml").read_text()
+    path = tmp_path / "lab.yaml"
+    path.write_text(text.replace("    iscsi:\n      iqn: iqn.2026-11.io.fabricqa:vstor\n", "    paths: all\n    iscsi:\n"
+                                 "      iqn: iqn.2026-11.io.fabricqa:vstor\n", 1))  # fmt: skip
+    with pytest.raises(
+        LabError, match=r"targets\[1\]\.paths: paths: all .* for nvmet targets only so far, not lio; use"
+    ):
+        load_lab(path)
+
+
+def test_the_lab_names_every_path_and_each_initiators_port_on_it() -> None:
+    lab = load_lab(LABS / "vlab.yaml")
+    assert lab.target_addresses(lab.target_for("nvme-tcp", "nvmet")) == ("10.10.10.19", "10.10.20.19")
+    assert lab.target_addresses(lab.target_for("nvme-tcp", "spdk")) == ("10.10.10.19",)
+    assert lab.local_port("vnode2", "10.10.20.19") == "10.10.20.18"
+    assert lab.local_port("vnode2", "10.10.30.19") is None
