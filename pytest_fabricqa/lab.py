@@ -512,6 +512,9 @@ class FailoverSettings(_Model):
     """How long the links stay down in the brief outage: less than the path timeout."""
     long_down_s: float = Field(16.0, gt=0, le=3600)
     """How long the links stay down in the long outage: more than the path timeout (detection + timeout)."""
+    one_path_down_s: float = Field(15.0, gt=0, le=3600)
+    """How long the path carrying the I/O stays down in the one-path outage (fault a, for targets serving on
+    several paths): long enough for the initiator to give the path up and move the I/O to another."""
     recover_s: float = Field(60.0, gt=0, le=3600)
     """After the long outage: how long every initiator may take to read its device again."""
     region_mb: int = Field(1, ge=1, le=1048576)

@@ -1,13 +1,15 @@
-"""Every path down under I/O (issue 13, faults d and e): fio writing and verifying on every initiator, every
-initiator's storage path down at once, back up, and each host's failover figures read from fio's IOPS log.
+"""Paths down under I/O (issue 13, faults a, d and e): fio writing and verifying on every initiator, every
+initiator's storage paths (or the one carrying its I/O) down at once, back up, and each host's failover figures
+read from fio's IOPS log.
 
 What a suite calls (``suites/test_failover.py``); no pytest here:
 
-- :func:`all_paths_down`: sets the lab's path timeouts on every initiator (:class:`faults.PathTimeouts`), starts
+- :func:`path_outage`: sets the lab's path timeouts on every initiator (:class:`faults.PathTimeouts`), starts
   fio on each one in the background (its own region, at a distinct offset: ``verify=crc32c`` with
   ``verify_backlog``, ``continue_on_error=all``, ``write_iops_log`` at ``log_avg_msec=100`` on the host's Unix
   clock), waits until every device completes I/O, takes every storage path down (the lab's
-  ``failover.outage_by``: :class:`faults.LinkDown` or :class:`faults.LinkDrop`, all hosts at once) for the outage,
+  ``failover.outage_by``: :class:`faults.LinkDown` or :class:`faults.LinkDrop`, all hosts at once; for the
+  one-path outage only the link of the path carrying the I/O, :func:`active_interface`) for the outage,
   brings them up, after a brief outage waits until I/O flows again (at most :data:`RESUME_WAIT_S`), lets fio run
   ``after_s`` more, ends it, and returns each host's :class:`failover.FailoverFigures` and IOPS series. Every change has its undo
   on the caller's stack before it is made, and a record on its host (a SIGKILLed run's are undone at the next
@@ -36,6 +38,7 @@ from pytest_fabricqa import faults
 from pytest_fabricqa.failover import (
     BRIEF,
     LONG,
+    ONE_PATH,
     FailoverFigures,
     Fault,
     HostSeries,
@@ -123,6 +126,67 @@ while [ "$(date +%s)" -lt "$end" ]; do
 done
 exit 1
 """
+# Which path of an NVMe multipath head ($1) carries the I/O: each path device nvmeXcZnY with the reads and writes
+# it completed over $2 s and its controller's address ("traddr=...,trsvcid=...,src_addr=..."), tab-separated.
+# $3: the sysfs block folder, for tests.
+ACTIVE_PATH = r"""
+r=${3:-/sys/class/block}
+d=$(basename "$(readlink -f "$1")")
+snap() {
+  for f in "$r/${d%n*}"c*n"${d##*n}"; do
+    [ -e "$f/stat" ] && printf '%s %s\n' "${f##*/}" "$(awk '{print $1 + $5}' "$f/stat")"
+  done
+}
+a=$(snap)
+sleep "$2"
+snap | while read -r p n; do
+  was=$(printf '%s\n' "$a" | awk -v p="$p" '$1 == p {print $2}')
+  printf '%s\t%s\t%s\n' "$p" "$((n - ${was:-0}))" "$(tr '\n' ' ' < "$r/$p/device/address" 2>/dev/null)"
+done
+"""
+ACTIVE_SAMPLE_S = 1
+
+
+def parse_active_path(text: str) -> tuple[str, str] | None:
+    """:data:`ACTIVE_PATH`'s output -> (path device, target address ``traddr``) of the path that completed the most
+    I/O in the sample; None when no path completed any."""
+    best: tuple[int, str, str] | None = None
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) < 3 or not parts[1].lstrip("-").isdigit():
+            continue
+        fields = dict(f.partition("=")[::2] for f in parts[2].replace(" ", ",").split(",") if "=" in f)
+        done = int(parts[1])
+        if done > 0 and (best is None or done > best[0]):
+            best = (done, parts[0], fields.get("traddr", ""))
+    return None if best is None else (best[1], best[2])
+
+
+def active_interface(lab: LabModel, host: Host, device: str) -> str:
+    """The storage interface of ``host`` the I/O to ``device`` (an NVMe multipath head) goes out of now: the path
+    that completed the most I/O over a second, its target address, and the host's port in that subnet.
+    :class:`faults.FaultError` when it cannot be told."""
+    found = host.run(["sh", "-c", ACTIVE_PATH, "sh", device, str(ACTIVE_SAMPLE_S)], check=False, timeout=60)
+    active = parse_active_path(found.stdout)
+    if active is None:
+        raise faults.FaultError(
+            host.name,
+            f"no path of {device} completed I/O in {ACTIVE_SAMPLE_S} s, so the path carrying it cannot be told",
+            "the one-path outage needs an NVMe multipath device (nvmeXnY with paths nvmeXcZnY) under I/O",
+        )
+    path, traddr = active
+    local = lab.local_port(host.name, traddr) if traddr else None
+    port = next((p for p in lab.hosts[host.name].storage if str(p.address) == local), None)
+    if port is None:
+        raise faults.FaultError(
+            host.name,
+            f"the I/O to {device} goes over {path} to {traddr or 'an unknown address'}, which no storage port of "
+            "the host in the lab reaches",
+            f"list the host's port in that subnet in hosts.{host.name}.storage",
+        )
+    return port.interface
+
+
 IO_FLOWING_WAIT_S = 60
 """How long fio may take from its start to its first completion before the case gives up."""
 RESUME_WAIT_S = 60
@@ -301,7 +365,7 @@ def _restore_all(links: list[faults.LinkDown]) -> float:
     return min(times)
 
 
-def all_paths_down(
+def path_outage(
     lab: LabModel,
     hosts: Sequence[Host],
     devices: Mapping[str, str],
@@ -313,12 +377,14 @@ def all_paths_down(
     outage: str,
     undo: UndoStack,
 ) -> OutageResult:
-    """Every ``hosts``' storage link down at once for the ``outage``'s time (:data:`failover.BRIEF` or
-    :data:`failover.LONG`) while fio writes and verifies ``regions[host]`` of ``devices[host]``; each host's
-    figures. ``family``: ``nvme`` or ``scsi`` (which timeouts of ``lab.failover`` apply). Every change is undone
-    by ``undo`` (the caller unwinds it, also on failure); the links are up again and fio has ended on return."""
+    """Paths down on every host at once while fio writes and verifies ``regions[host]`` of ``devices[host]``; each
+    host's figures. :data:`failover.BRIEF` and :data:`failover.LONG`: every storage link of each host, for the
+    outage's time; :data:`failover.ONE_PATH`: only the link of the path carrying the I/O once it flows
+    (:func:`active_interface`), for ``one_path_down_s``. ``family``: ``nvme`` or ``scsi`` (which timeouts of
+    ``lab.failover`` apply). Every change is undone by ``undo`` (the caller unwinds it, also on failure); the links
+    are up again and fio has ended on return."""
     settings: FailoverSettings = lab.failover
-    down_s = settings.brief_down_s if outage == BRIEF else settings.long_down_s
+    down_s = {BRIEF: settings.brief_down_s, LONG: settings.long_down_s, ONE_PATH: settings.one_path_down_s}[outage]
     result = OutageResult(outage, down_s)
     began = time.monotonic()
     # fio is ended (SIGINT) once the links are back for after_s; the runtime is only a bound. Under emulation a
@@ -337,12 +403,18 @@ def all_paths_down(
         return dict(change.params.get("read", {}))
 
     result.timeouts = _settled(each(hosts, set_timeouts, check=False))
-    links = {h.name: _link_faults(lab, h, name_prefix) for h in hosts}
-    _settled(each(hosts, lambda h: _arm_all(links[h.name], undo)))  # checked and recorded before fio starts
+    links: dict[str, list[faults.LinkDown]] = {}
+    if outage != ONE_PATH:
+        links = {h.name: _link_faults(lab, h, name_prefix) for h in hosts}
+        _settled(each(hosts, lambda h: _arm_all(links[h.name], undo)))  # checked and recorded before fio starts
     folders = _settled(
         each(hosts, lambda h: start_fio(h, fio_argv(h.name, devices[h.name], regions[h.name], runtime_s), undo))
     )
     _settled(each(hosts, lambda h: wait_for_io(h, devices[h.name])))
+    if outage == ONE_PATH:  # the path carrying the I/O is known only once it flows
+        chosen = _settled(each(hosts, lambda h: active_interface(lab, h, devices[h.name])))
+        links = {h.name: [faults.link_outage(lab, h, name_prefix, chosen[h.name])] for h in hosts}
+        _settled(each(hosts, lambda h: _arm_all(links[h.name], undo)))
     time.sleep(settings.before_s)
     # Every path of a host: the outage begins when its last path is down and ends when its first is back.
     down = each(hosts, lambda h: max(link.fire() for link in links[h.name]), check=False)
@@ -360,7 +432,11 @@ def all_paths_down(
             if isinstance(outcome, BaseException):
                 result.problems.append(f"{name}: the storage link could not be brought {what}: {outcome}")
     runs = each(hosts, lambda h: collect_fio(h, folders[h.name], runtime_s + 120), check=False)
-    label = f"every storage link down {down_s:g} s"
+    label = (
+        f"the active path's link ({', '.join(sorted({ls[0].interface for ls in links.values()}))}) down {down_s:g} s"
+        if outage == ONE_PATH
+        else f"every storage link down {down_s:g} s"
+    )
     for host in hosts:
         run, injected, restored = runs[host.name], down[host.name], up[host.name]
         if isinstance(run, BaseException):
@@ -402,7 +478,7 @@ def outage_problems(
     I/O errors seen on every host (else the measurement cannot see errors); the lab's limits but for the error
     counts and the stall, which the outage is there to cause."""
     problems = list(result.problems)
-    if result.outage == BRIEF:
+    if result.outage in (BRIEF, ONE_PATH):
         limits = limits.model_copy(update={"max_io_errors": 0.0, "max_verify_errors": 0.0})
     elif result.outage == LONG:
         lifted = {"max_io_errors": None, "max_verify_errors": None, "max_stall_s": None}
@@ -419,6 +495,12 @@ def outage_problems(
             problems.append(f"{label}: no I/O completed before the fault, so nothing was measured")
         if result.outage == BRIEF and figures.first_io_s is None:
             problems.append(f"{label}: I/O did not resume after the links came back (no I/O completed after it)")
+        if result.outage == ONE_PATH and (figures.first_io_s is None or figures.first_io_s >= result.down_s):
+            when = "at all" if figures.first_io_s is None else f"until the path came back ({figures.first_io_s:g} s)"
+            problems.append(
+                f"{label}: I/O did not move to a remaining path while the path was down for {result.down_s:g} s: "
+                f"none completed {when}"
+            )
         if result.outage == LONG and figures.io_errors == 0:
             problems.append(
                 f"{label}: no I/O error was seen although every path was down for {result.down_s:g} s, longer than "

@@ -1,9 +1,13 @@
-"""Path failover under I/O (issue 13, faults d and e): every path down while fio writes and verifies.
+"""Path failover under I/O (issue 13, faults a, d and e): paths down while fio writes and verifies.
 
 On every initiator fio writes its own region (distinct offsets, ``verify=crc32c`` with ``verify_backlog``) and
-logs its IOPS every 100 ms; every initiator's storage link goes down at once and comes back:
+logs its IOPS every 100 ms; paths go down on every initiator at once and come back:
 
-- ``all-paths-down-brief``: for less than the path timeout. I/O must resume with no I/O error and no verify
+- ``one-path-down`` (``test_one_path_down``, for a target serving on several paths): the link of the path that
+  carries the I/O (the NVMe multipath path device that completes it) down for ``failover.one_path_down_s``
+  while the other paths stay up. The I/O must move to a remaining path while it is down, with no I/O error and
+  no verify error; the stall (how long the initiator took to give the path up) is gated by ``max_stall_s``.
+- ``all-paths-down-brief``: every storage link of each initiator, for less than the path timeout. I/O must resume with no I/O error and no verify
   error; the stall is gated by the lab's ``max_stall_s``.
 - ``all-paths-down-long``: for longer than the path timeout. I/O errors must be seen on every host (proof the
   measurement sees errors); afterwards every initiator reads its device again and writes and verifies a region.
@@ -36,12 +40,36 @@ pytestmark = pytest.mark.loads_target
 
 
 @pytest.mark.fabricqa_late_in_pair  # its outages come after the pair's figures are measured
-@pytest.mark.parametrize("outage", list(OUTAGES))
+@pytest.mark.parametrize("outage", [og.BRIEF, og.LONG])
 def test_all_paths_down(
     lab: LabModel, lab_target: TargetModel, protocol: str, outage: str, fabric: Fabric, lab_hosts: dict[str, Host],
     write_guard: WriteGuard, fabricqa_report: Any, request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
-    """Every initiator's storage link down at once while fio writes and verifies, then up (see the module)."""
+    """Every initiator's storage links down at once while fio writes and verifies, then up (see the module)."""
+    _outage_case(lab, lab_target, protocol, outage, fabric, lab_hosts, write_guard, fabricqa_report, request)
+
+
+@pytest.mark.fabricqa_late_in_pair
+def test_one_path_down(
+    lab: LabModel, lab_target: TargetModel, protocol: str, fabric: Fabric, lab_hosts: dict[str, Host],
+    write_guard: WriteGuard, fabricqa_report: Any, request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    """On every initiator the path carrying the I/O goes down while fio writes and verifies; the I/O must move to a
+    remaining path while it is down, with no error (see the module)."""
+    paths = fabric.export.addresses
+    if len(paths) < 2:
+        pytest.skip(
+            f"{protocol}-{fabric.target}: the target serves on one path ({paths[0]}), so there is no path to fail "
+            "over to (targets[].paths: all serves on every storage port; nvmet has it, SPDK's listeners and "
+            "dm-multipath for iSCSI/iSER are not built yet)"
+        )
+    _outage_case(lab, lab_target, protocol, og.ONE_PATH, fabric, lab_hosts, write_guard, fabricqa_report, request)
+
+
+def _outage_case(
+    lab: LabModel, lab_target: TargetModel, protocol: str, outage: str, fabric: Fabric, lab_hosts: dict[str, Host],
+    write_guard: WriteGuard, fabricqa_report: Any, request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
     devices = ig.shared_devices(fabric.devices)
     if not devices:
         pytest.skip(f"{protocol}: the lab marks no exported device writable, so nothing is written")
@@ -58,7 +86,7 @@ def test_all_paths_down(
         pytest.skip(f"{protocol}: {room}")
     undo = UndoStack()
     try:
-        result = og.all_paths_down(
+        result = og.path_outage(
             lab, hosts, device.paths, regions, name_prefix=lab_target.name_prefix,
             subsystems=fabric.export.subsystems, family=protocol_spec(protocol).family, outage=outage, undo=undo,
         )  # fmt: skip

@@ -21,7 +21,7 @@ import pytest
 from fakes import Answer, ScriptedHost, answer_files
 
 from pytest_fabricqa import faults, outage
-from pytest_fabricqa.failover import BRIEF, LONG, FailoverFigures, Fault, Stall
+from pytest_fabricqa.failover import BRIEF, LONG, ONE_PATH, FailoverFigures, Fault, Stall
 from pytest_fabricqa.lab import FailoverSettings, LabModel, load_lab
 from pytest_fabricqa.targets.base import UndoStack
 from pytest_fabricqa.thresholds import Thresholds
@@ -480,3 +480,63 @@ def test_every_path_is_restored_even_when_one_fails_and_the_outage_ends_with_the
     with pytest.raises(faults.FaultError):
         outage._restore_all([failing, other])  # type: ignore[list-item]
     assert failing.restored and other.restored
+
+
+# -- one path down (fault a) --------------------------------------------------------------------------------------
+
+
+def test_the_active_path_is_the_one_that_completes_io_read_for_real_on_stat_files(tmp_path: Path) -> None:
+    """ACTIVE_PATH run for real on a /sys/class/block layout: the head nvme1n1 and its paths nvme1c0n1 (over eth1)
+    and nvme1c1n1 (over eth2); only the second completes I/O during the sample."""
+    for path, traddr in (("nvme1c0n1", "10.10.10.19"), ("nvme1c1n1", "10.10.20.19")):
+        (tmp_path / path / "device").mkdir(parents=True)
+        (tmp_path / path / "stat").write_text(stat_line(100, 200))
+        (tmp_path / path / "device" / "address").write_text(f"traddr={traddr},trsvcid=4420,src_addr=x\n")
+    (tmp_path / "nvme1n1").mkdir()
+    argv = ["sh", "-c", outage.ACTIVE_PATH, "sh", str(tmp_path / "nvme1n1"), "2", str(tmp_path)]
+    sampling = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    (tmp_path / "nvme1c1n1" / "stat").write_text(stat_line(100, 260))
+    out, _ = sampling.communicate(timeout=60)
+    assert outage.parse_active_path(out) == ("nvme1c1n1", "10.10.20.19")
+    assert outage.parse_active_path("nvme1c0n1\t0\ttraddr=10.10.10.19 \n") is None  # nothing moved: no answer
+
+
+def test_the_one_path_outage_takes_down_the_port_of_the_active_path() -> None:
+    class Host(ScriptedHost):
+        def answer(self, argv: tuple[str, ...]) -> Answer:
+            return "nvme1c0n1\t3\ttraddr=10.10.10.19,trsvcid=4420 \nnvme1c1n1\t57\ttraddr=10.10.20.19,trsvcid=4420 \n"
+
+    assert outage.active_interface(lab(), Host("vnode2"), "/dev/nvme1n1") == "eth2"
+    idle = ScriptedHost("vnode2", lambda argv: "nvme1c0n1\t0\ttraddr=10.10.10.19 \n")
+    with pytest.raises(faults.FaultError, match=r"^vnode2: no path of /dev/nvme1n1 completed I/O in 1 s"):
+        outage.active_interface(lab(), idle, "/dev/nvme1n1")
+
+
+def one_path(host: str, *, first_io_s: float | None, io_errors: int = 0) -> FailoverFigures:
+    fault = Fault("the active path's link (eth1) down 15 s", 10_000, 25_000)
+    stall = Stall(10_000, 10_000 + round((first_io_s or 15) * 1000))
+    return FailoverFigures(host, fault, stall, first_io_s, first_io_s, 900.0, io_errors, 0)
+
+
+def test_a_one_path_outage_passes_when_io_moved_to_another_path_while_it_was_down() -> None:
+    moved = outage.OutageResult(ONE_PATH, 15.0, {"vnode1": one_path("vnode1", first_io_s=6.2)})
+    assert outage.outage_problems(moved, LIMITS, ["vnode1"]) == []
+
+
+@pytest.mark.parametrize(
+    ("first_io_s", "io_errors", "said"),
+    [
+        (None, 0, "I/O did not move to a remaining path while the path was down for 15 s: none completed at all"),
+        (15.4, 0, "none completed until the path came back (15.4 s)"),
+        (6.2, 3, "3 I/O error"),
+    ],
+)
+def test_a_one_path_outage_fails_when_io_waited_for_the_path_or_saw_errors(
+    first_io_s: float | None, io_errors: int, said: str
+) -> None:
+    waited = outage.OutageResult(
+        ONE_PATH, 15.0, {"vnode1": one_path("vnode1", first_io_s=first_io_s, io_errors=io_errors)}
+    )
+    problems = outage.outage_problems(waited, Thresholds(), ["vnode1"])
+    assert any(said in p and p.startswith("vnode1") for p in problems), problems
