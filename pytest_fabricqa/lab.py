@@ -364,7 +364,7 @@ class TargetModel(_Model):
     """Which of its host's storage ports the target serves on: ``first`` (one path), or ``all``: a listener on
     every storage port of the host, and every initiator connects over each (from its own port in the same
     subnet), so the kernel's native NVMe multipath sees every namespace through one controller per path. ``all``
-    is nvmet's for now: SPDK's listeners and dm-multipath for iSCSI and iSER are the next steps."""
+    is nvmet's and SPDK's for now (a listener per path); dm-multipath for iSCSI and iSER is the next step."""
     name_prefix: str = "fabricqa"
 
     @field_validator("kind")

@@ -60,8 +60,8 @@ def test_one_path_down(
     if len(paths) < 2:
         pytest.skip(
             f"{protocol}-{fabric.target}: the target serves on one path ({paths[0]}), so there is no path to fail "
-            "over to (targets[].paths: all serves on every storage port; nvmet has it, SPDK's listeners and "
-            "dm-multipath for iSCSI/iSER are not built yet)"
+            "over to (targets[].paths: all serves on every storage port; nvmet and SPDK have it, "
+            "dm-multipath for iSCSI/iSER is not built yet)"
         )
     _outage_case(lab, lab_target, protocol, og.ONE_PATH, fabric, lab_hosts, write_guard, fabricqa_report, request)
 

@@ -123,7 +123,7 @@ def test_paths_all_is_refused_where_it_is_not_built_yet(tmp_path: Path) -> None:
     path.write_text(text.replace("    iscsi:\n      iqn: iqn.2026-11.io.fabricqa:vstor\n", "    paths: all\n    iscsi:\n"
                                  "      iqn: iqn.2026-11.io.fabricqa:vstor\n", 1))  # fmt: skip
     with pytest.raises(
-        LabError, match=r"targets\[1\]\.paths: paths: all .* for nvmet targets only so far, not lio; use"
+        LabError, match=r"targets\[1\]\.paths: paths: all .* for nvmet and spdk targets so far, not lio \(dm-multipath"
     ):
         load_lab(path)
 
@@ -131,6 +131,7 @@ def test_paths_all_is_refused_where_it_is_not_built_yet(tmp_path: Path) -> None:
 def test_the_lab_names_every_path_and_each_initiators_port_on_it() -> None:
     lab = load_lab(LABS / "vlab.yaml")
     assert lab.target_addresses(lab.target_for("nvme-tcp", "nvmet")) == ("10.10.10.19", "10.10.20.19")
-    assert lab.target_addresses(lab.target_for("nvme-tcp", "spdk")) == ("10.10.10.19",)
+    assert lab.target_addresses(lab.target_for("nvme-tcp", "spdk")) == ("10.10.10.19", "10.10.20.19")
+    assert lab.target_addresses(lab.target_for("iscsi", "lio")) == ("10.10.10.19",)
     assert lab.local_port("vnode2", "10.10.20.19") == "10.10.20.18"
     assert lab.local_port("vnode2", "10.10.30.19") is None

@@ -603,3 +603,18 @@ def test_the_transports_queue_limits_are_read_back() -> None:
     assert target.queue_settings("nvme-rdma") == {}  # no RDMA transport in this app
     assert undo.unwind() == []
     assert target.queue_settings("nvme-tcp") == {}  # no app: nothing read, nothing guessed
+
+
+def test_with_paths_all_every_subsystem_listens_on_every_storage_port_of_the_host() -> None:
+    data = make_lab(**START).model_dump(mode="json")
+    data["hosts"]["vstor"]["storage"] = [
+        {"interface": "eth1", "address": "10.10.10.19"}, {"interface": "eth2", "address": "10.10.20.19"},
+    ]  # fmt: skip
+    data["targets"][0]["paths"] = "all"
+    lab = LabModel.model_validate(data)
+    host = FakeSpdkHost()
+    target = load_target(lab, lab.targets[0], {"vstor": host})
+    export = target.provision("nvme-tcp", UndoStack())
+    assert export.addresses == ("10.10.10.19", "10.10.20.19")
+    for nqn in (NQN, NQN2):
+        assert [a["traddr"] for a in host.subsystems[nqn]["listen_addresses"]] == ["10.10.10.19", "10.10.20.19"]

@@ -208,28 +208,32 @@ class SpdkTarget(ConfigfsTarget):
         address = plan.ports[0]
         for sub in plan.subsystems:
             self._make_subsystem(rpc, sub, bdevs, undo, state)
-            self._step_rpc(
-                rpc,
-                "nvmf_subsystem_add_listener",
-                {
-                    "nqn": sub.nqn,
-                    "listen_address": {
-                        "trtype": trtype,
-                        "adrfam": "IPv6" if address.adrfam == "ipv6" else "IPv4",
-                        "traddr": address.traddr,
-                        "trsvcid": str(address.trsvcid),
+            for port in plan.ports:  # a listener per path (paths: all), removed with the subsystem
+                self._step_rpc(
+                    rpc,
+                    "nvmf_subsystem_add_listener",
+                    {
+                        "nqn": sub.nqn,
+                        "listen_address": {
+                            "trtype": trtype,
+                            "adrfam": "IPv6" if port.adrfam == "ipv6" else "IPv4",
+                            "traddr": port.traddr,
+                            "trsvcid": str(port.trsvcid),
+                        },
                     },
-                },
-                f"check that {address.traddr} is an address of the target and port {address.trsvcid} is free"
-                + (" and that an RDMA device (rxe or a NIC) sits on its interface" if trtype == "RDMA" else ""),
-            )
+                    f"check that {port.traddr} is an address of the target and port {port.trsvcid} is free"
+                    + (" and that an RDMA device (rxe or a NIC) sits on its interface" if trtype == "RDMA" else ""),
+                )
         units = tuple(
             ExportedUnit(sub.nqn, ns.nsid, ns.backing, ns.path, ns.writable, ns.destructive_ok)
             for sub in plan.subsystems
             for ns in sub.namespaces
             if ns.enable
         )
-        return Export(protocol, spec.transport, address.traddr, address.trsvcid, units, self.host.name)
+        more = tuple(p.traddr for p in plan.ports[1:] if p.trsvcid == address.trsvcid)
+        return Export(
+            protocol, spec.transport, address.traddr, address.trsvcid, units, self.host.name, more_addresses=more
+        )
 
     def _check_app(self, snap: SpdkSnapshot, plan: NvmetPlan) -> str | None:
         """Whether the app is there as the lab says; the binary to start (None: attach to the running app)."""
