@@ -1071,16 +1071,24 @@ def target_port_down(
 
 
 def ana_change(
-    lab: LabModel, hosts: Mapping[str, Host], target: str, protocol: str, state: str = "inaccessible"
+    lab: LabModel,
+    hosts: Mapping[str, Host],
+    target: str,
+    protocol: str,
+    state: str = "inaccessible",
+    *,
+    address: str | None = None,
 ) -> AnaStateChange:
-    """The nvmet target ``target``'s port for ``protocol`` (the lab's portal) to ANA ``state`` and back."""
+    """The nvmet target ``target``'s port for ``protocol`` at ``address`` (default: the lab's portal) to ANA
+    ``state`` and back."""
     model, host = _target(lab, hosts, target, protocol)
     if model.kind != "nvmet":
         raise FaultRefused(
             host.name, f"ANA state changes are nvmet's here, target {model.name} is {model.kind}", "use an nvmet target"
         )
     assert model.nvme is not None
-    portid = _nvmet_portid(host, model, protocol_spec(protocol).transport, lab.target_address(model), model.nvme.port)
+    traddr = address or lab.target_address(model)
+    portid = _nvmet_portid(host, model, protocol_spec(protocol).transport, traddr, model.nvme.port)
     return AnaStateChange(host, model.name_prefix, portid, state)
 
 

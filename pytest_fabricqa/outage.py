@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_fabricqa import faults
 from pytest_fabricqa.failover import (
+    ANA,
     BRIEF,
     LONG,
     ONE_PATH,
@@ -162,19 +163,24 @@ def parse_active_path(text: str) -> tuple[str, str] | None:
     return None if best is None else (best[1], best[2])
 
 
-def active_interface(lab: LabModel, host: Host, device: str) -> str:
-    """The storage interface of ``host`` the I/O to ``device`` (an NVMe multipath head) goes out of now: the path
-    that completed the most I/O over a second, its target address, and the host's port in that subnet.
-    :class:`faults.FaultError` when it cannot be told."""
+def active_path(host: Host, device: str) -> tuple[str, str]:
+    """(path device, target address) of the path of ``device`` (an NVMe multipath head) that completed the most
+    I/O over a second: the one carrying it now. :class:`faults.FaultError` when it cannot be told."""
     found = host.run(["sh", "-c", ACTIVE_PATH, "sh", device, str(ACTIVE_SAMPLE_S)], check=False, timeout=60)
     active = parse_active_path(found.stdout)
     if active is None:
         raise faults.FaultError(
             host.name,
             f"no path of {device} completed I/O in {ACTIVE_SAMPLE_S} s, so the path carrying it cannot be told",
-            "the one-path outage needs an NVMe multipath device (nvmeXnY with paths nvmeXcZnY) under I/O",
+            "a one-path outage needs an NVMe multipath device (nvmeXnY with paths nvmeXcZnY) under I/O",
         )
-    path, traddr = active
+    return active
+
+
+def active_interface(lab: LabModel, host: Host, device: str) -> str:
+    """The storage interface of ``host`` the I/O to ``device`` (an NVMe multipath head) goes out of now: the
+    :func:`active_path`'s target address and the host's port in that subnet."""
+    path, traddr = active_path(host, device)
     local = lab.local_port(host.name, traddr) if traddr else None
     port = next((p for p in lab.hosts[host.name].storage if str(p.address) == local), None)
     if port is None:
@@ -376,15 +382,23 @@ def path_outage(
     family: str,
     outage: str,
     undo: UndoStack,
+    target_fault: Callable[[str], faults.AnaStateChange] | None = None,
 ) -> OutageResult:
     """Paths down on every host at once while fio writes and verifies ``regions[host]`` of ``devices[host]``; each
     host's figures. :data:`failover.BRIEF` and :data:`failover.LONG`: every storage link of each host, for the
     outage's time; :data:`failover.ONE_PATH`: only the link of the path carrying the I/O once it flows
-    (:func:`active_interface`), for ``one_path_down_s``. ``family``: ``nvme`` or ``scsi`` (which timeouts of
-    ``lab.failover`` apply). Every change is undone by ``undo`` (the caller unwinds it, also on failure); the links
+    (:func:`active_interface`), for ``one_path_down_s``; :data:`failover.ANA`: ``target_fault(address)`` on the
+    target for the port at the address carrying the first host's I/O (its ANA group inaccessible), for
+    ``one_path_down_s``, each host's window read on its own clock just before and after. ``family``: ``nvme`` or
+    ``scsi`` (which timeouts of ``lab.failover`` apply). Every change is undone by ``undo`` (the caller unwinds it, also on failure); the links
     are up again and fio has ended on return."""
     settings: FailoverSettings = lab.failover
-    down_s = {BRIEF: settings.brief_down_s, LONG: settings.long_down_s, ONE_PATH: settings.one_path_down_s}[outage]
+    down_s = {
+        BRIEF: settings.brief_down_s, LONG: settings.long_down_s,
+        ONE_PATH: settings.one_path_down_s, ANA: settings.one_path_down_s,
+    }[outage]  # fmt: skip
+    if outage == ANA and target_fault is None:
+        raise ValueError("the ANA outage needs target_fault: the fault on the target, for a path's address")
     result = OutageResult(outage, down_s)
     began = time.monotonic()
     # fio is ended (SIGINT) once the links are back for after_s; the runtime is only a bound. Under emulation a
@@ -404,7 +418,8 @@ def path_outage(
 
     result.timeouts = _settled(each(hosts, set_timeouts, check=False))
     links: dict[str, list[faults.LinkDown]] = {}
-    if outage != ONE_PATH:
+    at_target: faults.AnaStateChange | None = None
+    if outage in (BRIEF, LONG):
         links = {h.name: _link_faults(lab, h, name_prefix) for h in hosts}
         _settled(each(hosts, lambda h: _arm_all(links[h.name], undo)))  # checked and recorded before fio starts
     folders = _settled(
@@ -415,11 +430,30 @@ def path_outage(
         chosen = _settled(each(hosts, lambda h: active_interface(lab, h, devices[h.name])))
         links = {h.name: [faults.link_outage(lab, h, name_prefix, chosen[h.name])] for h in hosts}
         _settled(each(hosts, lambda h: _arm_all(links[h.name], undo)))
+    if outage == ANA:
+        assert target_fault is not None
+        traddr = active_path(hosts[0], devices[hosts[0].name])[1]
+        at_target = target_fault(traddr)
+        at_target.arm(undo)
     time.sleep(settings.before_s)
-    # Every path of a host: the outage begins when its last path is down and ends when its first is back.
-    down = each(hosts, lambda h: max(link.fire() for link in links[h.name]), check=False)
-    time.sleep(down_s)
-    up = each(hosts, lambda h: _restore_all(links[h.name]), check=False)
+    down: dict[str, Any]
+    up: dict[str, Any]
+    if at_target is None:
+        # Every path of a host: the outage begins when its last path is down and ends when its first is back.
+        down = each(hosts, lambda h: max(link.fire() for link in links[h.name]), check=False)
+        time.sleep(down_s)
+        up = each(hosts, lambda h: _restore_all(links[h.name]), check=False)
+    else:
+        # One change on the target for every host: each host's window on its own clock (fio's), read just before
+        # the change and just after its restore, so it holds the change with at most a command's time to spare.
+        down = each(hosts, _clock, check=False)
+        fired = _attempt(at_target.fire)
+        time.sleep(down_s)
+        restored = _attempt(at_target.restore)
+        up = each(hosts, _clock, check=False)
+        for what, failure in (("made", fired), ("undone", restored)):
+            if failure is not None:
+                result.problems.append(f"{at_target.name} could not be {what}: {failure}")
     if outage == BRIEF:
         # fio runs on until I/O flows again on every host (bounded), so a slow resume is measured as the stall it
         # is rather than cut off by fio's end: a fixed after_s once ended fio while iSER was still logging in
@@ -432,11 +466,13 @@ def path_outage(
             if isinstance(outcome, BaseException):
                 result.problems.append(f"{name}: the storage link could not be brought {what}: {outcome}")
     runs = each(hosts, lambda h: collect_fio(h, folders[h.name], runtime_s + 120), check=False)
-    label = (
-        f"the active path's link ({', '.join(sorted({ls[0].interface for ls in links.values()}))}) down {down_s:g} s"
-        if outage == ONE_PATH
-        else f"every storage link down {down_s:g} s"
-    )
+    if outage == ONE_PATH:
+        label = f"the active path's link ({', '.join(sorted({ls[0].interface for ls in links.values()}))}) down"
+    elif at_target is not None:
+        label = at_target.name
+    else:
+        label = "every storage link down"
+    label += f" {down_s:g} s"
     for host in hosts:
         run, injected, restored = runs[host.name], down[host.name], up[host.name]
         if isinstance(run, BaseException):
@@ -454,6 +490,19 @@ def path_outage(
             result.series[host.name] = throughput_points(series, fault)
     result.wall_s = time.monotonic() - began
     return result
+
+
+def _clock(host: Host) -> float:
+    """The host's Unix time (s), the clock fio's logs are on."""
+    return float(host.run(["sh", "-c", faults.CLOCK]).stdout.split()[-1])
+
+
+def _attempt(step: Callable[[], object]) -> faults.FaultError | None:
+    try:
+        step()
+    except faults.FaultError as exc:
+        return exc
+    return None
 
 
 def _settled(results: Mapping[str, Any]) -> dict[str, Any]:
@@ -478,7 +527,7 @@ def outage_problems(
     I/O errors seen on every host (else the measurement cannot see errors); the lab's limits but for the error
     counts and the stall, which the outage is there to cause."""
     problems = list(result.problems)
-    if result.outage in (BRIEF, ONE_PATH):
+    if result.outage in (BRIEF, ONE_PATH, ANA):
         limits = limits.model_copy(update={"max_io_errors": 0.0, "max_verify_errors": 0.0})
     elif result.outage == LONG:
         lifted = {"max_io_errors": None, "max_verify_errors": None, "max_stall_s": None}
@@ -495,7 +544,7 @@ def outage_problems(
             problems.append(f"{label}: no I/O completed before the fault, so nothing was measured")
         if result.outage == BRIEF and figures.first_io_s is None:
             problems.append(f"{label}: I/O did not resume after the links came back (no I/O completed after it)")
-        if result.outage == ONE_PATH and (figures.first_io_s is None or figures.first_io_s >= result.down_s):
+        if result.outage in (ONE_PATH, ANA) and (figures.first_io_s is None or figures.first_io_s >= result.down_s):
             when = "at all" if figures.first_io_s is None else f"until the path came back ({figures.first_io_s:g} s)"
             problems.append(
                 f"{label}: I/O did not move to a remaining path while the path was down for {result.down_s:g} s: "

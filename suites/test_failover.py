@@ -1,4 +1,4 @@
-"""Path failover under I/O (issue 13, faults a, d and e): paths down while fio writes and verifies.
+"""Path failover under I/O (issue 13, faults a, c, d and e): paths down while fio writes and verifies.
 
 On every initiator fio writes its own region (distinct offsets, ``verify=crc32c`` with ``verify_backlog``) and
 logs its IOPS every 100 ms; paths go down on every initiator at once and come back:
@@ -7,6 +7,10 @@ logs its IOPS every 100 ms; paths go down on every initiator at once and come ba
   carries the I/O (the NVMe multipath path device that completes it) down for ``failover.one_path_down_s``
   while the other paths stay up. The I/O must move to a remaining path while it is down, with no I/O error and
   no verify error; the stall (how long the initiator took to give the path up) is gated by ``max_stall_s``.
+- ``ana-inaccessible`` (``test_ana_inaccessible``, nvmet serving several paths): the ANA group of the target port
+  carrying the first initiator's I/O goes inaccessible for ``one_path_down_s``, then optimized again. The
+  initiators learn it from an ANA change event and must move their I/O to another path while it is, with no
+  error; nothing is disconnected, so the stall is the host's reaction alone.
 - ``all-paths-down-brief``: every storage link of each initiator, for less than the path timeout. I/O must resume with no I/O error and no verify
   error; the stall is gated by the lab's ``max_stall_s``.
 - ``all-paths-down-long``: for longer than the path timeout. I/O errors must be seen on every host (proof the
@@ -23,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from pytest_fabricqa import faults
 from pytest_fabricqa import integrity as ig
 from pytest_fabricqa import outage as og
 from pytest_fabricqa.failover import OUTAGES
@@ -66,6 +71,23 @@ def test_one_path_down(
     _outage_case(lab, lab_target, protocol, og.ONE_PATH, fabric, lab_hosts, write_guard, fabricqa_report, request)
 
 
+@pytest.mark.fabricqa_late_in_pair
+def test_ana_inaccessible(
+    lab: LabModel, lab_target: TargetModel, protocol: str, fabric: Fabric, lab_hosts: dict[str, Host],
+    write_guard: WriteGuard, fabricqa_report: Any, request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    """The ANA group of the target port carrying the I/O goes inaccessible while fio writes and verifies, then
+    optimized again; the initiators must move the I/O to another path while it is, with no error (see the
+    module)."""
+    paths = fabric.export.addresses
+    if lab_target.kind != "nvmet" or len(paths) < 2:
+        pytest.skip(
+            f"{protocol}-{fabric.target}: ANA state changes are made on nvmet targets serving several paths "
+            f"(targets[].paths: all); this one is {lab_target.kind} on {len(paths)} path(s)"
+        )
+    _outage_case(lab, lab_target, protocol, og.ANA, fabric, lab_hosts, write_guard, fabricqa_report, request)
+
+
 def _outage_case(
     lab: LabModel, lab_target: TargetModel, protocol: str, outage: str, fabric: Fabric, lab_hosts: dict[str, Host],
     write_guard: WriteGuard, fabricqa_report: Any, request: pytest.FixtureRequest,
@@ -89,6 +111,7 @@ def _outage_case(
         result = og.path_outage(
             lab, hosts, device.paths, regions, name_prefix=lab_target.name_prefix,
             subsystems=fabric.export.subsystems, family=protocol_spec(protocol).family, outage=outage, undo=undo,
+            target_fault=lambda address: faults.ana_change(lab, lab_hosts, lab_target.name, protocol, address=address),
         )  # fmt: skip
     finally:
         failed_undo = undo.unwind()

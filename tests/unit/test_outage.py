@@ -21,7 +21,7 @@ import pytest
 from fakes import Answer, ScriptedHost, answer_files
 
 from pytest_fabricqa import faults, outage
-from pytest_fabricqa.failover import BRIEF, LONG, ONE_PATH, FailoverFigures, Fault, Stall
+from pytest_fabricqa.failover import ANA, BRIEF, LONG, ONE_PATH, FailoverFigures, Fault, Stall
 from pytest_fabricqa.lab import FailoverSettings, LabModel, load_lab
 from pytest_fabricqa.targets.base import UndoStack
 from pytest_fabricqa.thresholds import Thresholds
@@ -519,9 +519,17 @@ def one_path(host: str, *, first_io_s: float | None, io_errors: int = 0) -> Fail
     return FailoverFigures(host, fault, stall, first_io_s, first_io_s, 900.0, io_errors, 0)
 
 
-def test_a_one_path_outage_passes_when_io_moved_to_another_path_while_it_was_down() -> None:
-    moved = outage.OutageResult(ONE_PATH, 15.0, {"vnode1": one_path("vnode1", first_io_s=6.2)})
+@pytest.mark.parametrize("kind", [ONE_PATH, ANA])
+def test_a_one_path_outage_passes_when_io_moved_to_another_path_while_it_was_down(kind: str) -> None:
+    moved = outage.OutageResult(kind, 15.0, {"vnode1": one_path("vnode1", first_io_s=6.2)})
     assert outage.outage_problems(moved, LIMITS, ["vnode1"]) == []
+
+
+def test_the_ana_outage_needs_the_fault_on_the_target() -> None:
+    with pytest.raises(ValueError, match="needs target_fault"):
+        outage.path_outage(
+            lab(), [], {}, {}, name_prefix="fabricqa", subsystems=(), family="nvme", outage=ANA, undo=UndoStack()
+        )
 
 
 @pytest.mark.parametrize(
@@ -532,11 +540,10 @@ def test_a_one_path_outage_passes_when_io_moved_to_another_path_while_it_was_dow
         (6.2, 3, "3 I/O error"),
     ],
 )
+@pytest.mark.parametrize("kind", [ONE_PATH, ANA])
 def test_a_one_path_outage_fails_when_io_waited_for_the_path_or_saw_errors(
-    first_io_s: float | None, io_errors: int, said: str
+    first_io_s: float | None, io_errors: int, said: str, kind: str
 ) -> None:
-    waited = outage.OutageResult(
-        ONE_PATH, 15.0, {"vnode1": one_path("vnode1", first_io_s=first_io_s, io_errors=io_errors)}
-    )
+    waited = outage.OutageResult(kind, 15.0, {"vnode1": one_path("vnode1", first_io_s=first_io_s, io_errors=io_errors)})
     problems = outage.outage_problems(waited, Thresholds(), ["vnode1"])
     assert any(said in p and p.startswith("vnode1") for p in problems), problems
