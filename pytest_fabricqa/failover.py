@@ -51,10 +51,12 @@ OUTAGES: dict[str, str] = {
     "remaining path while it is down, no error",
     "ana-inaccessible": "the ANA group of the target port carrying the I/O made inaccessible, then optimized again: "
     "I/O moves to another path while it is, no error",
+    "target-port-down": "the target port carrying the I/O taken away (nvmet port unlinked, SPDK listener removed), "
+    "then back: I/O moves to another path while it is away, no error",
 }
-"""The failover suite's outages (issue 13, faults a, c, d and e) by name: the name is the case's last id part and its
+"""The failover suite's outages (issue 13, faults a to e) by name: the name is the case's last id part and its
 key in the lab's ``thresholds`` table (``thresholds."*".all-paths-down-brief: {max_stall_s: 10}``)."""
-BRIEF, LONG, ONE_PATH, ANA = OUTAGES
+BRIEF, LONG, ONE_PATH, ANA, PORT = OUTAGES
 PARITY_PCT = 10.0
 """The Windows HLK multiport rule: no path more than 10% slower than another (a lab's ``max_path_imbalance_pct``)."""
 

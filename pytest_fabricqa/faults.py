@@ -168,6 +168,14 @@ class FaultInjector(Protocol):
         """Record the fault, push its restore on ``undo``, then break the path; the host's Unix time just after."""
         ...
 
+    def arm(self, undo: UndoStack) -> None:
+        """Everything :meth:`inject` does before the break (check, restore registered, record written)."""
+        ...
+
+    def fire(self) -> float:
+        """Break the path (after :meth:`arm`); the host's Unix time just after."""
+        ...
+
     def restore(self) -> float:
         """Put the path back (idempotent), then drop the record; the host's Unix time just after the restore."""
         ...

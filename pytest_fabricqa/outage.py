@@ -40,6 +40,7 @@ from pytest_fabricqa.failover import (
     BRIEF,
     LONG,
     ONE_PATH,
+    PORT,
     FailoverFigures,
     Fault,
     HostSeries,
@@ -382,23 +383,24 @@ def path_outage(
     family: str,
     outage: str,
     undo: UndoStack,
-    target_fault: Callable[[str], faults.AnaStateChange] | None = None,
+    target_fault: Callable[[str], faults.FaultInjector] | None = None,
 ) -> OutageResult:
     """Paths down on every host at once while fio writes and verifies ``regions[host]`` of ``devices[host]``; each
     host's figures. :data:`failover.BRIEF` and :data:`failover.LONG`: every storage link of each host, for the
     outage's time; :data:`failover.ONE_PATH`: only the link of the path carrying the I/O once it flows
     (:func:`active_interface`), for ``one_path_down_s``; :data:`failover.ANA`: ``target_fault(address)`` on the
-    target for the port at the address carrying the first host's I/O (its ANA group inaccessible), for
+    target for the port at the address carrying the first host's I/O (its ANA group inaccessible; with
+    :data:`failover.PORT` the port itself taken away), for
     ``one_path_down_s``, each host's window read on its own clock just before and after. ``family``: ``nvme`` or
     ``scsi`` (which timeouts of ``lab.failover`` apply). Every change is undone by ``undo`` (the caller unwinds it, also on failure); the links
     are up again and fio has ended on return."""
     settings: FailoverSettings = lab.failover
     down_s = {
         BRIEF: settings.brief_down_s, LONG: settings.long_down_s,
-        ONE_PATH: settings.one_path_down_s, ANA: settings.one_path_down_s,
+        ONE_PATH: settings.one_path_down_s, ANA: settings.one_path_down_s, PORT: settings.one_path_down_s,
     }[outage]  # fmt: skip
-    if outage == ANA and target_fault is None:
-        raise ValueError("the ANA outage needs target_fault: the fault on the target, for a path's address")
+    if outage in (ANA, PORT) and target_fault is None:
+        raise ValueError(f"the {outage} outage needs target_fault: the fault on the target, for a path's address")
     result = OutageResult(outage, down_s)
     began = time.monotonic()
     # fio is ended (SIGINT) once the links are back for after_s; the runtime is only a bound. Under emulation a
@@ -418,7 +420,7 @@ def path_outage(
 
     result.timeouts = _settled(each(hosts, set_timeouts, check=False))
     links: dict[str, list[faults.LinkDown]] = {}
-    at_target: faults.AnaStateChange | None = None
+    at_target: faults.FaultInjector | None = None
     if outage in (BRIEF, LONG):
         links = {h.name: _link_faults(lab, h, name_prefix) for h in hosts}
         _settled(each(hosts, lambda h: _arm_all(links[h.name], undo)))  # checked and recorded before fio starts
@@ -430,7 +432,7 @@ def path_outage(
         chosen = _settled(each(hosts, lambda h: active_interface(lab, h, devices[h.name])))
         links = {h.name: [faults.link_outage(lab, h, name_prefix, chosen[h.name])] for h in hosts}
         _settled(each(hosts, lambda h: _arm_all(links[h.name], undo)))
-    if outage == ANA:
+    if outage in (ANA, PORT):
         assert target_fault is not None
         traddr = active_path(hosts[0], devices[hosts[0].name])[1]
         at_target = target_fault(traddr)
@@ -527,7 +529,7 @@ def outage_problems(
     I/O errors seen on every host (else the measurement cannot see errors); the lab's limits but for the error
     counts and the stall, which the outage is there to cause."""
     problems = list(result.problems)
-    if result.outage in (BRIEF, ONE_PATH, ANA):
+    if result.outage in (BRIEF, ONE_PATH, ANA, PORT):
         limits = limits.model_copy(update={"max_io_errors": 0.0, "max_verify_errors": 0.0})
     elif result.outage == LONG:
         lifted = {"max_io_errors": None, "max_verify_errors": None, "max_stall_s": None}
@@ -544,7 +546,9 @@ def outage_problems(
             problems.append(f"{label}: no I/O completed before the fault, so nothing was measured")
         if result.outage == BRIEF and figures.first_io_s is None:
             problems.append(f"{label}: I/O did not resume after the links came back (no I/O completed after it)")
-        if result.outage in (ONE_PATH, ANA) and (figures.first_io_s is None or figures.first_io_s >= result.down_s):
+        if result.outage in (ONE_PATH, ANA, PORT) and (
+            figures.first_io_s is None or figures.first_io_s >= result.down_s
+        ):
             when = "at all" if figures.first_io_s is None else f"until the path came back ({figures.first_io_s:g} s)"
             problems.append(
                 f"{label}: I/O did not move to a remaining path while the path was down for {result.down_s:g} s: "

@@ -7,10 +7,11 @@ logs its IOPS every 100 ms; paths go down on every initiator at once and come ba
   carries the I/O (the NVMe multipath path device that completes it) down for ``failover.one_path_down_s``
   while the other paths stay up. The I/O must move to a remaining path while it is down, with no I/O error and
   no verify error; the stall (how long the initiator took to give the path up) is gated by ``max_stall_s``.
-- ``ana-inaccessible`` (``test_ana_inaccessible``, nvmet serving several paths): the ANA group of the target port
-  carrying the first initiator's I/O goes inaccessible for ``one_path_down_s``, then optimized again. The
-  initiators learn it from an ANA change event and must move their I/O to another path while it is, with no
-  error; nothing is disconnected, so the stall is the host's reaction alone.
+- ``ana-inaccessible`` and ``target-port-down`` (``test_path_away_on_the_target``, a target serving several
+  paths): the target port carrying the first initiator's I/O goes away for ``one_path_down_s`` -- its ANA group
+  inaccessible (nvmet), or the port itself unlinked (nvmet) or its listener removed (SPDK) -- then back. The
+  initiators must move their I/O to another path while it is away, with no error. After an ANA change nothing is
+  disconnected, so the stall is the host's reaction alone; a port taken away costs the detection of a dead path.
 - ``all-paths-down-brief``: every storage link of each initiator, for less than the path timeout. I/O must resume with no I/O error and no verify
   error; the stall is gated by the lab's ``max_stall_s``.
 - ``all-paths-down-long``: for longer than the path timeout. I/O errors must be seen on every host (proof the
@@ -23,6 +24,7 @@ for the case, the old values recorded on each initiator first (a killed run's co
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -71,21 +73,26 @@ def test_one_path_down(
     _outage_case(lab, lab_target, protocol, og.ONE_PATH, fabric, lab_hosts, write_guard, fabricqa_report, request)
 
 
+TARGET_SIDE = {og.ANA: ("nvmet",), og.PORT: ("nvmet", "spdk")}
+"""The target-side outages and the kinds they are made on."""
+
+
 @pytest.mark.fabricqa_late_in_pair
-def test_ana_inaccessible(
-    lab: LabModel, lab_target: TargetModel, protocol: str, fabric: Fabric, lab_hosts: dict[str, Host],
+@pytest.mark.parametrize("outage", list(TARGET_SIDE))
+def test_path_away_on_the_target(
+    lab: LabModel, lab_target: TargetModel, protocol: str, outage: str, fabric: Fabric, lab_hosts: dict[str, Host],
     write_guard: WriteGuard, fabricqa_report: Any, request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
-    """The ANA group of the target port carrying the I/O goes inaccessible while fio writes and verifies, then
-    optimized again; the initiators must move the I/O to another path while it is, with no error (see the
-    module)."""
+    """The target port carrying the I/O goes away while fio writes and verifies -- its ANA group inaccessible, or
+    the port itself taken away -- then back; the initiators must move the I/O to another path while it is away,
+    with no error (see the module)."""
     paths = fabric.export.addresses
-    if lab_target.kind != "nvmet" or len(paths) < 2:
+    if lab_target.kind not in TARGET_SIDE[outage] or len(paths) < 2:
         pytest.skip(
-            f"{protocol}-{fabric.target}: ANA state changes are made on nvmet targets serving several paths "
-            f"(targets[].paths: all); this one is {lab_target.kind} on {len(paths)} path(s)"
+            f"{protocol}-{fabric.target}: {outage} is made on {' and '.join(TARGET_SIDE[outage])} targets serving "
+            f"several paths (targets[].paths: all); this one is {lab_target.kind} on {len(paths)} path(s)"
         )
-    _outage_case(lab, lab_target, protocol, og.ANA, fabric, lab_hosts, write_guard, fabricqa_report, request)
+    _outage_case(lab, lab_target, protocol, outage, fabric, lab_hosts, write_guard, fabricqa_report, request)
 
 
 def _outage_case(
@@ -111,7 +118,7 @@ def _outage_case(
         result = og.path_outage(
             lab, hosts, device.paths, regions, name_prefix=lab_target.name_prefix,
             subsystems=fabric.export.subsystems, family=protocol_spec(protocol).family, outage=outage, undo=undo,
-            target_fault=lambda address: faults.ana_change(lab, lab_hosts, lab_target.name, protocol, address=address),
+            target_fault=partial(_target_fault, outage, lab, lab_hosts, lab_target.name, protocol),
         )  # fmt: skip
     finally:
         failed_undo = undo.unwind()
@@ -153,6 +160,15 @@ def _outage_case(
         (raw / name).write_text(text)
     fabricqa_report.record(case, request)
     assert not problems, "\n".join(problems)
+
+
+def _target_fault(
+    outage: str, lab: LabModel, hosts: dict[str, Host], target: str, protocol: str, address: str
+) -> faults.FaultInjector:
+    """The target-side fault of ``outage`` on the port at ``address``."""
+    if outage == og.ANA:
+        return faults.ana_change(lab, hosts, target, protocol, address=address)
+    return faults.target_port_down(lab, hosts, target, protocol, address=address)
 
 
 def _worst(result: og.OutageResult) -> dict[str, float]:
