@@ -547,3 +547,22 @@ def test_a_one_path_outage_fails_when_io_waited_for_the_path_or_saw_errors(
     waited = outage.OutageResult(kind, 15.0, {"vnode1": one_path("vnode1", first_io_s=first_io_s, io_errors=io_errors)})
     problems = outage.outage_problems(waited, Thresholds(), ["vnode1"])
     assert any(said in p and p.startswith("vnode1") for p in problems), problems
+
+
+def test_the_long_outage_ends_once_fio_has_ended_on_every_host() -> None:
+    asked: dict[str, int] = {"vnode1": 0, "vnode2": 0}
+
+    def ends_after(name: str, polls: int) -> ScriptedHost:
+        def script(argv: tuple[str, ...]) -> Answer:
+            assert argv[2] == outage.FIO_ENDED and argv[4] == f"/tmp/{name}"
+            asked[name] += 1
+            return "" if asked[name] >= polls else (1, "", "")
+
+        return ScriptedHost(name, script)
+
+    hosts = [ends_after("vnode1", 1), ends_after("vnode2", 2)]
+    folders = {"vnode1": "/tmp/vnode1", "vnode2": "/tmp/vnode2"}
+    held = outage._hold_until_fio_ends(hosts, folders, 30)
+    assert held >= 1.5 and asked == {"vnode1": 2, "vnode2": 2}  # the second poll found both ended, and it stopped
+    never = [ScriptedHost("vnode1", lambda argv: (1, "", ""))]
+    assert outage._hold_until_fio_ends(never, folders, 1.5) >= 1.5  # at most long_down_s, then the paths come back
