@@ -196,19 +196,14 @@ def test_a_second_path_is_a_second_nic_on_a_second_switch() -> None:
 
 
 def test_the_guest_learns_each_further_paths_mac_and_address(tmp_path: Path) -> None:
-    env = tmp_path / "guest.env"
-    env.write_text(guest_env(PATHS, PATHS.guests[1], 1))
-    out = subprocess.run(
-        ["sh", "-c", '. "$1"; echo "$FQ_PATH_MACS|$FQ_PATH_ADDRESSES"', "-", str(env)],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    assert out == "52:54:00:fa:02:01|10.10.20.11/24"
-    env.write_text(guest_env(SPEC, SPEC.guests[1], 1))
-    out = subprocess.run(
-        ["sh", "-c", '. "$1"; echo "[$FQ_PATH_MACS|$FQ_PATH_ADDRESSES]"', "-", str(env)],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    assert out == "[|]"
+    def sourced(spec: VlabSpec, index: int) -> str:
+        env = tmp_path / "guest.env"
+        env.write_text(guest_env(spec, spec.guests[index], index))
+        argv = ["sh", "-c", '. "$1"; echo "[$FQ_PATH_MACS|$FQ_PATH_ADDRESSES]"', "-", str(env)]
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+
+    assert sourced(PATHS, 1) == "[52:54:00:fa:02:01|10.10.20.11/24]"
+    assert sourced(SPEC, 1) == "[|]"
 
 
 def test_the_vlab_lab_file_gives_every_guest_two_paths() -> None:
