@@ -57,6 +57,9 @@ OUTAGES: dict[str, str] = {
 """The failover suite's outages (issue 13, faults a to e) by name: the name is the case's last id part and its
 key in the lab's ``thresholds`` table (``thresholds."*".all-paths-down-brief: {max_stall_s: 10}``)."""
 BRIEF, LONG, ONE_PATH, ANA, PORT = OUTAGES
+PARITY = "path-parity"
+"""The path parity case's name (:mod:`pytest_fabricqa.parity`): its key in the lab's ``thresholds`` table, where
+``max_path_imbalance_pct`` applies (``thresholds."*".path-parity: {max_path_imbalance_pct: 10}``)."""
 PARITY_PCT = 10.0
 """The Windows HLK multiport rule: no path more than 10% slower than another (a lab's ``max_path_imbalance_pct``)."""
 

@@ -732,9 +732,9 @@ class LabModel(_Model):
     def unmatched_thresholds(self) -> list[tuple[tuple[str, ...], str]]:
         """Each threshold entry whose workload pattern matches no workload of the selected sets: its key path
         and why (with the names it could mean)."""
-        from pytest_fabricqa.failover import OUTAGES  # the failover cases' names are their threshold keys
+        from pytest_fabricqa.failover import OUTAGES, PARITY  # the failover cases' names are their threshold keys
 
-        names = [*selected_names(self.workloads or None), *OUTAGES]
+        names = [*selected_names(self.workloads or None), *OUTAGES, PARITY]
         found: list[tuple[tuple[str, ...], str]] = []
         for protocol, table in self.thresholds.items():
             for pattern in table:

@@ -7,6 +7,10 @@ logs its IOPS every 100 ms; paths go down on every initiator at once and come ba
   carries the I/O (the NVMe multipath path device that completes it) down for ``failover.one_path_down_s``
   while the other paths stay up. The I/O must move to a remaining path while it is down, with no I/O error and
   no verify error; the stall (how long the initiator took to give the path up) is gated by ``max_stall_s``.
+- ``path-parity`` (``test_paths_carry_alike``, nvmet serving several paths): each path alone carries a short
+  read-only fio on every initiator at once (every other path's port ANA-inaccessible; the path devices' counters
+  prove which path carried the reads), and the slowest path may be at most ``max_path_imbalance_pct`` below the
+  fastest: the Windows HLK multiport rule (10% there).
 - ``ana-inaccessible`` and ``target-port-down`` (``test_path_away_on_the_target``, a target serving several
   paths): the target port carrying the first initiator's I/O goes away for ``one_path_down_s`` -- its ANA group
   inaccessible (nvmet), or the port itself unlinked (nvmet) or its listener removed (SPDK) -- then back. The
@@ -29,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from pytest_fabricqa import faults
+from pytest_fabricqa import faults, parity
 from pytest_fabricqa import integrity as ig
 from pytest_fabricqa import outage as og
 from pytest_fabricqa.failover import OUTAGES
@@ -93,6 +97,51 @@ def test_path_away_on_the_target(
             f"several paths (targets[].paths: all); this one is {lab_target.kind} on {len(paths)} path(s)"
         )
     _outage_case(lab, lab_target, protocol, outage, fabric, lab_hosts, write_guard, fabricqa_report, request)
+
+
+@pytest.mark.fabricqa_late_in_pair
+def test_paths_carry_alike(
+    lab: LabModel, lab_target: TargetModel, protocol: str, fabric: Fabric, lab_hosts: dict[str, Host],
+    fabricqa_report: Any, request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    """Each path alone carries a short read-only fio on every initiator at once (every other path's target port
+    made ANA-inaccessible, the path devices' counters proving which path carried it), and no path is more than the
+    lab's ``max_path_imbalance_pct`` slower than the fastest: the Windows HLK multiport rule (see the module)."""
+    paths = fabric.export.addresses
+    if lab_target.kind != "nvmet" or len(paths) < 2:
+        pytest.skip(
+            f"{protocol}-{fabric.target}: paths are measured one by one through ANA changes, on nvmet targets serving "
+            f"several paths (targets[].paths: all); this one is {lab_target.kind} on {len(paths)} path(s)"
+        )
+    device = fabric.devices[0]
+    names = [n for n in lab.hosts_with("initiator") if n in device.paths]
+    hosts = ig.hosts_by_name(lab_hosts, names)
+    undo = UndoStack()
+    try:
+        result = parity.measure_paths(
+            hosts, device.paths, paths,
+            lambda address: faults.ana_change(lab, lab_hosts, lab_target.name, protocol, address=address), undo,
+        )  # fmt: skip
+    finally:
+        failed_undo = undo.unwind()
+    limits = thresholds_for(lab.thresholds_table(), protocol, parity.PARITY)
+    problems = parity.parity_problems(result, limits, paths) + failed_undo
+    imbalance = parity.imbalance(result)
+    case = rm.Case(
+        nodeid=request.node.nodeid,
+        case_id=f"{protocol}-{fabric.target}-failover-{parity.PARITY}",
+        suite="failover",
+        verdict="passed",
+        protocol=protocol,
+        target=fabric.target,
+        figures={"path_imbalance_pct": max(imbalance.values())} if imbalance else {},
+        hosts={n: {"path_imbalance_pct": v} for n, v in imbalance.items()},
+        thresholds=limits.limits(),
+        violations=tuple(problems),
+        extras={"parity": {"device": device.backing, "iops_per_path": result.iops}},
+    )
+    fabricqa_report.record(case, request)
+    assert not problems, "\n".join(problems)
 
 
 def _outage_case(

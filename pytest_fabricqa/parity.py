@@ -1,0 +1,165 @@
+"""Path parity (issue 13, "throughput per path when all are up"): each path's throughput alone, and the Windows
+HLK multiport rule over them (the slowest path at most ``max_path_imbalance_pct`` below the fastest; 10% in the
+HLK).
+
+A namespace reached over several paths is one device on the initiator (native NVMe multipath), and the kernel
+picks the path, so a path is measured by leaving it the only usable one: every other path's target port is made
+ANA-inaccessible (:func:`faults.ana_change`; nothing is disconnected, the initiators learn it from an ANA change
+event and route to the optimized path at once), the same short read-only fio runs on every initiator at once, and
+the change is undone before the next path. The path devices' own counters (``nvmeXcZnY/stat``, read before and
+after fio) prove which path carried the reads: a path that did not is a problem, not a figure.
+
+What a suite calls (``suites/test_failover.py``); no pytest here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+from pytest_fabricqa import faults
+from pytest_fabricqa.failover import PARITY, imbalance_violations, path_imbalance_pct
+from pytest_fabricqa.fanout import each
+from pytest_fabricqa.fio.parse import FioOutputError, parse_fio_output
+from pytest_fabricqa.targets.base import UndoStack
+from pytest_fabricqa.thresholds import Thresholds
+from pytest_fabricqa.transport.base import Host
+
+__all__ = ["PARITY", "ParityResult", "imbalance", "measure_paths", "parity_problems"]
+
+RUNTIME_S = 4
+SETTLE_S = 1.0
+"""After the ANA change, before fio: the initiators' ANA log page read (an event, then one admin command)."""
+
+# Each path device of the NVMe multipath head $1: its completed reads and writes so far and its controller's
+# address, tab-separated. $2: the sysfs block folder, for tests.
+PATH_COUNTS = r"""
+r=${2:-/sys/class/block}
+d=$(basename "$(readlink -f "$1")")
+for f in "$r/${d%n*}"c*n"${d##*n}"; do
+  [ -e "$f/stat" ] || continue
+  printf '%s\t%s\t%s\n' "${f##*/}" "$(awk '{print $1 + $5}' "$f/stat")" "$(tr '\n' ' ' < "$f/device/address" 2>/dev/null)"
+done
+"""
+
+
+def fio_argv(device: str, runtime_s: int = RUNTIME_S) -> list[str]:
+    """A short read-only random read of ``device``: what one path can carry (4 KiB, queue depth 8)."""
+    return [
+        "fio", "--output-format=json", "--name=parity", f"--filename={device}", "--readonly", "--direct=1",
+        "--ioengine=libaio", "--rw=randread", "--bs=4k", "--iodepth=8", "--time_based=1", f"--runtime={runtime_s}",
+        "--size=64M",
+    ]  # fmt: skip
+
+
+def parse_path_counts(text: str) -> dict[str, tuple[int, str]]:
+    """:data:`PATH_COUNTS`'s output -> path device -> (completions so far, target address ``traddr``)."""
+    found: dict[str, tuple[int, str]] = {}
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) < 3 or not parts[1].isdigit():
+            continue
+        fields = dict(f.partition("=")[::2] for f in parts[2].replace(" ", ",").split(",") if "=" in f)
+        found[parts[0]] = (int(parts[1]), fields.get("traddr", ""))
+    return found
+
+
+def carried_by(before: Mapping[str, tuple[int, str]], after: Mapping[str, tuple[int, str]]) -> dict[str, int]:
+    """Target address -> completions between the two readings, per path."""
+    moved: dict[str, int] = {}
+    for path, (count, traddr) in after.items():
+        moved[traddr] = moved.get(traddr, 0) + count - before.get(path, (count, traddr))[0]
+    return moved
+
+
+@dataclass
+class ParityResult:
+    """Per host: each path's IOPS alone (by target address), and what went wrong on the way."""
+
+    iops: dict[str, dict[str, float]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+def _one_path(host: Host, device: str, path: str) -> tuple[float | None, str | None]:
+    before = parse_path_counts(host.run(["sh", "-c", PATH_COUNTS, "sh", device]).stdout)
+    run = host.run(fio_argv(device), check=False, timeout=RUNTIME_S + 120)
+    after = parse_path_counts(host.run(["sh", "-c", PATH_COUNTS, "sh", device]).stdout)
+    try:
+        result = parse_fio_output(run.stdout, host=host.name)
+    except FioOutputError as exc:
+        return None, f"{host.name}: fio over path {path} gave no report ({exc})"
+    if result.errors:
+        return None, f"{host.name}: fio over path {path} saw errors: {'; '.join(result.errors[:2])}"
+    moved = carried_by(before, after)
+    others = {a: n for a, n in moved.items() if a != path and n > 0}
+    if moved.get(path, 0) <= 0 or others:
+        shown = ", ".join(f"{a} {n}" for a, n in sorted(moved.items())) or "no path device counted any"
+        return None, (
+            f"{host.name}: with only {path} usable the reads did not all go over it (completions per path: {shown}); "
+            "the ANA change did not steer the I/O"
+        )
+    return sum(job.read.iops for job in result.jobs), None
+
+
+def _measure(host: Host, *, devices: Mapping[str, str], path: str) -> tuple[float | None, str | None]:
+    return _one_path(host, devices[host.name], path)
+
+
+def measure_paths(
+    hosts: Sequence[Host],
+    devices: Mapping[str, str],
+    paths: Sequence[str],
+    away: Callable[[str], faults.FaultInjector],
+    undo: UndoStack,
+    *,
+    settle_s: float = SETTLE_S,
+) -> ParityResult:
+    """Each of ``paths`` (target addresses) alone: ``away(address)`` for every other one (armed, restored before
+    the next path, its undo on ``undo`` too), then :func:`fio_argv` on every host at once. Per host and path the
+    read IOPS; a path whose reads went elsewhere, or a failed run, is a problem instead of a figure."""
+    result = ParityResult()
+    for path in paths:
+        changes = [away(other) for other in paths if other != path]
+        try:
+            for change in changes:
+                change.inject(undo)
+            time.sleep(settle_s)
+            runs = each(hosts, partial(_measure, devices=devices, path=path), check=False)
+        finally:
+            for change in reversed(changes):
+                try:
+                    change.restore()
+                except faults.FaultError as exc:
+                    result.problems.append(str(exc))
+        for name, outcome in runs.items():
+            if isinstance(outcome, BaseException):
+                result.problems.append(f"{name}: the run over path {path} failed: {outcome}")
+                continue
+            iops, problem = outcome
+            if problem is not None:
+                result.problems.append(problem)
+            elif iops is not None:
+                result.iops.setdefault(name, {})[path] = round(iops, 1)
+    return result
+
+
+def parity_problems(result: ParityResult, limits: Thresholds, paths: Sequence[str]) -> list[str]:
+    """The rule over each host's paths, against ``max_path_imbalance_pct``; a host missing a path's figure fails."""
+    problems = list(result.problems)
+    for host, iops in sorted(result.iops.items()):
+        missing = [p for p in paths if p not in iops]
+        if missing:
+            continue  # its problem is said already
+        problems.extend(imbalance_violations(iops, limits, host=host))
+    return problems
+
+
+def imbalance(result: ParityResult) -> dict[str, float]:
+    """Host -> its paths' imbalance (%), where every path was measured and one carried I/O."""
+    found: dict[str, float] = {}
+    for host, iops in result.iops.items():
+        if len(iops) >= 2 and max(iops.values()) > 0:
+            found[host] = round(path_imbalance_pct(iops), 1)
+    return found

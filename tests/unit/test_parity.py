@@ -1,0 +1,133 @@
+"""Path parity: each path alone (every other path's port ANA-inaccessible), the path devices' counters proving
+which path carried the reads, and the HLK multiport rule over the paths' IOPS. Hosts scripted with fio's recorded
+randread output (tests/data/fio/randread-8k-grouped.out) and path counters shaped like /sys/class/block's."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from fakes import Answer, ScriptedHost
+
+from pytest_fabricqa import parity
+from pytest_fabricqa.lab import load_lab
+from pytest_fabricqa.targets.base import UndoStack
+from pytest_fabricqa.thresholds import Thresholds
+
+DATA = Path(__file__).parents[1] / "data"
+FIO = (DATA / "fio" / "randread-8k-grouped.out").read_text()
+PATHS = ("10.10.10.19", "10.10.20.19")
+
+
+class Fabric:
+    """The target's ports as the initiators see them: which addresses are ANA-inaccessible now."""
+
+    def __init__(self, steer: bool = True) -> None:
+        self.away: set[str] = set()
+        self.steer = steer  # False: the initiators keep using the first path whatever ANA says
+        self.changes: list[str] = []
+
+
+class Away:
+    """A stand-in for faults.AnaStateChange on the port at ``address``."""
+
+    def __init__(self, fabric: Fabric, address: str) -> None:
+        self.fabric, self.address = fabric, address
+        self.name = f"vstor nvmet port at {address} ANA group 1 inaccessible"
+        self.key = address
+
+    def inject(self, undo: UndoStack) -> float:
+        undo.push(self.name, self.restore)
+        self.fabric.away.add(self.address)
+        self.fabric.changes.append(f"away {self.address}")
+        return 0.0
+
+    def restore(self) -> float:
+        if self.address in self.fabric.away:
+            self.fabric.away.discard(self.address)
+            self.fabric.changes.append(f"back {self.address}")
+        return 0.0
+
+
+class Initiator(ScriptedHost):
+    def __init__(self, name: str, fabric: Fabric) -> None:
+        super().__init__(name)
+        self.fabric = fabric
+        self.counts = {"nvme1c0n1": 100, "nvme1c1n1": 100}
+        self.ran_over: list[set[str]] = []
+
+    def answer(self, argv: tuple[str, ...]) -> Answer:
+        if argv[:3] == ("sh", "-c", parity.PATH_COUNTS):
+            return "".join(
+                f"{p}\t{n}\ttraddr={a},trsvcid=4420,src_addr=x \n"
+                for (p, n), a in zip(self.counts.items(), PATHS, strict=True)
+            )
+        if argv[0] == "fio":
+            usable = [a for a in PATHS if a not in self.fabric.away] if self.fabric.steer else [PATHS[0]]
+            self.ran_over.append(set(self.fabric.away))
+            for path, address in zip(self.counts, PATHS, strict=True):
+                if address in usable:
+                    self.counts[path] += 1000
+            return FIO
+        return None
+
+
+def measure(fabric: Fabric, hosts: list[Initiator]) -> parity.ParityResult:
+    devices = {h.name: "/dev/nvme1n1" for h in hosts}
+    return parity.measure_paths(hosts, devices, PATHS, lambda a: Away(fabric, a), UndoStack(), settle_s=0)  # type: ignore[arg-type,return-value]
+
+
+def test_each_path_is_measured_alone_and_every_change_is_undone() -> None:
+    fabric = Fabric()
+    hosts = [Initiator("vnode1", fabric), Initiator("vnode2", fabric)]
+    result = measure(fabric, hosts)
+    assert result.problems == []
+    assert result.iops == {h: {PATHS[0]: 574345.2, PATHS[1]: 574345.2} for h in ("vnode1", "vnode2")}
+    assert fabric.changes == [f"away {PATHS[1]}", f"back {PATHS[1]}", f"away {PATHS[0]}", f"back {PATHS[0]}"]
+    assert hosts[0].ran_over == [{PATHS[1]}, {PATHS[0]}]
+    assert parity.parity_problems(result, Thresholds(max_path_imbalance_pct=10), PATHS) == []
+    assert parity.imbalance(result) == {"vnode1": 0.0, "vnode2": 0.0}
+
+
+def test_reads_that_did_not_go_over_the_path_are_a_problem_not_a_figure() -> None:
+    fabric = Fabric(steer=False)
+    result = measure(fabric, [Initiator("vnode1", fabric)])
+    (problem,) = result.problems
+    assert problem == (
+        f"vnode1: with only {PATHS[1]} usable the reads did not all go over it (completions per path: "
+        f"{PATHS[0]} 1000, {PATHS[1]} 0); the ANA change did not steer the I/O"
+    )
+    assert result.iops == {"vnode1": {PATHS[0]: 574345.2}}
+
+
+def test_a_slow_path_breaks_the_multiport_rule_naming_both_paths() -> None:
+    result = parity.ParityResult(iops={"vnode1": {PATHS[0]: 1000.0, PATHS[1]: 850.0}})
+    (problem,) = parity.parity_problems(result, Thresholds(max_path_imbalance_pct=10), PATHS)
+    assert problem.startswith(f"vnode1, path {PATHS[1]} against {PATHS[0]} with every path up") and "15" in problem
+    assert parity.parity_problems(result, Thresholds(max_path_imbalance_pct=20), PATHS) == []
+
+
+def test_the_path_counts_script_reads_each_path_of_the_head(tmp_path: Path) -> None:
+    for path, traddr, done in (
+        ("nvme1c0n1", PATHS[0], (5, 7)),
+        ("nvme1c1n1", PATHS[1], (0, 0)),
+        ("nvme2c0n1", "x", (9, 9)),
+    ):
+        (tmp_path / path / "device").mkdir(parents=True)
+        (tmp_path / path / "stat").write_text(f"   {done[0]} 0 8 1 {done[1]} 0 8 1 0 2 2 0 0 0 0 0 0\n")
+        (tmp_path / path / "device" / "address").write_text(f"traddr={traddr},trsvcid=4420\n")
+    (tmp_path / "nvme1n1").mkdir()
+    out = subprocess.run(["sh", "-c", parity.PATH_COUNTS, "sh", str(tmp_path / "nvme1n1"), str(tmp_path)],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert parity.parse_path_counts(out) == {"nvme1c0n1": (12, PATHS[0]), "nvme1c1n1": (0, PATHS[1])}
+
+
+def test_the_parity_limit_is_a_threshold_key_a_lab_may_set(tmp_path: Path) -> None:
+    text = (Path(__file__).parents[2] / "labs" / "vlab.yaml").read_text()
+    path = tmp_path / "lab.yaml"
+    path.write_text(text.replace('  "*":\n', '  "*":\n    path-parity: {max_path_imbalance_pct: 10}\n', 1))
+    from pytest_fabricqa.thresholds import thresholds_for
+
+    lab: Any = load_lab(path)
+    assert thresholds_for(lab.thresholds_table(), "nvme-tcp", parity.PARITY).max_path_imbalance_pct == 10
