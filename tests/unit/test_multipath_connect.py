@@ -17,6 +17,7 @@ from pytest_fabricqa.lab import LabError, load_lab
 from pytest_fabricqa.targets.base import Export, ExportedUnit, ProvisionError, UndoStack
 
 LABS = Path(__file__).parents[2] / "labs"
+DATA = Path(__file__).parents[1] / "data" / "targets"
 NQN = "nqn.2026-11.io.fabricqa:vlab-ram0"
 IQN = "iqn.2026-11.io.fabricqa:vstor"
 TWO = Export(
@@ -135,3 +136,17 @@ def test_the_lab_names_every_path_and_each_initiators_port_on_it() -> None:
     assert lab.target_addresses(lab.target_for("iscsi", "lio")) == ("10.10.10.19",)
     assert lab.local_port("vnode2", "10.10.20.19") == "10.10.20.18"
     assert lab.local_port("vnode2", "10.10.30.19") is None
+
+
+def test_the_recorded_two_path_connection_passes_the_path_check_and_one_path_less_fails() -> None:
+    """vnode1 as the virtual lab showed it with nvmet serving both segments (tests/data/targets)."""
+    controllers, namespaces = nvme.parse_sysfs((DATA / "nvme-sysfs-tcp-two-paths.txt").read_text())
+    assert sorted(d.name for d in namespaces) == ["nvme0n1", "nvme2n1"]  # one device per namespace, two paths each
+    two = Export(
+        "nvme-tcp", "tcp", "10.10.10.19", 4420,
+        (ExportedUnit(NQN, 1, "ram0", "/dev/ram0"), ExportedUnit(NQN.replace("ram0", "nvme0"), 1, "nvme0", "/dev/x")),
+        "vstor", more_addresses=("10.10.20.19",),
+    )  # fmt: skip
+    assert path_problems("vnode1", two, controllers, []) == []
+    (problem,) = path_problems("vnode1", two, [c for c in controllers if c.name != "nvme3"], [])
+    assert "vlab-nvme0 is reached over 1 path(s) (10.10.10.19)" in problem

@@ -165,6 +165,16 @@ def test_the_recorded_settings_are_what_the_virtual_lab_expects() -> None:
     assert path_settings_problems({"vnode1": PathSettings()}, (IQN,), "scsi", NOTHING) == []
 
 
+def test_the_captured_two_path_settings_are_read_per_controller_and_pass() -> None:
+    """Captured with PATHS_SCRIPT itself on vnode1 while nvmet served both segments (see the data README)."""
+    read = _recorded("nvme-tcp-nvmet-two-paths.vnode1")
+    assert [c.name for c in read.controllers] == ["nvme0", "nvme1", "nvme2", "nvme3"]
+    assert path_settings_problems({"vnode1": read}, NQNS, "nvme", VLAB) == []
+    slower = _controller(read, 3, reconnect_delay="2")
+    (problem,) = path_settings_problems({"vnode1": slower}, NQNS, "nvme", VLAB)
+    assert problem.startswith("vnode1: ") and "nvme3" in problem and "reconnect_delay" in problem
+
+
 def _controller(read: PathSettings, index: int, **values: str) -> PathSettings:
     controllers = list(read.controllers)
     controllers[index] = replace(controllers[index], values={**controllers[index].values, **values})
