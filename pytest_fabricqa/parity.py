@@ -30,19 +30,23 @@ from pytest_fabricqa.transport.base import Host
 __all__ = ["PARITY", "ParityResult", "imbalance", "measure_paths", "parity_problems"]
 
 RUNTIME_S = 4
-SETTLE_S = 1.0
-"""After the ANA change, before fio: the initiators' ANA log page read (an event, then one admin command)."""
+SETTLE_S = 0.5
+"""After the ANA change, before asking the initiators whether they hold it (:func:`wait_for_ana`)."""
 
-# Each path device of the NVMe multipath head $1: its completed reads and writes so far and its controller's
-# address, tab-separated. $2: the sysfs block folder, for tests.
+# Each path device of the NVMe multipath head $1: its completed reads and writes so far, its controller's address
+# and the ANA state the initiator holds for it ("-" without ANA), tab-separated. $2: the sysfs block folder, for
+# tests.
 PATH_COUNTS = r"""
 r=${2:-/sys/class/block}
 d=$(basename "$(readlink -f "$1")")
 for f in "$r/${d%n*}"c*n"${d##*n}"; do
   [ -e "$f/stat" ] || continue
-  printf '%s\t%s\t%s\n' "${f##*/}" "$(awk '{print $1 + $5}' "$f/stat")" "$(tr '\n' ' ' < "$f/device/address" 2>/dev/null)"
+  printf '%s\t%s\t%s\t%s\n' "${f##*/}" "$(awk '{print $1 + $5}' "$f/stat")" \
+    "$(tr '\n' ' ' < "$f/device/address" 2>/dev/null)" "$(cat "$f/ana_state" 2>/dev/null || echo -)"
 done
 """
+ANA_WAIT_S = 30
+"""How long the initiators may take to see an ANA change (an event, then the ANA log page read) before fio."""
 
 
 def fio_argv(device: str, runtime_s: int = RUNTIME_S) -> list[str]:
@@ -56,14 +60,41 @@ def fio_argv(device: str, runtime_s: int = RUNTIME_S) -> list[str]:
 
 def parse_path_counts(text: str) -> dict[str, tuple[int, str]]:
     """:data:`PATH_COUNTS`'s output -> path device -> (completions so far, target address ``traddr``)."""
-    found: dict[str, tuple[int, str]] = {}
+    return {path: (count, traddr) for path, (count, traddr, _) in _paths(text).items()}
+
+
+def parse_ana_states(text: str) -> dict[str, str]:
+    """:data:`PATH_COUNTS`'s output -> target address -> the ANA state the initiator holds for that path ("-":
+    the controller has no ANA)."""
+    return {traddr: state for _, (_, traddr, state) in _paths(text).items()}
+
+
+def _paths(text: str) -> dict[str, tuple[int, str, str]]:
+    found: dict[str, tuple[int, str, str]] = {}
     for line in text.splitlines():
-        parts = line.split("\t")
-        if len(parts) < 3 or not parts[1].isdigit():
+        parts = [*line.split("\t"), "-"]
+        if len(parts) < 4 or not parts[1].isdigit():
             continue
         fields = dict(f.partition("=")[::2] for f in parts[2].replace(" ", ",").split(",") if "=" in f)
-        found[parts[0]] = (int(parts[1]), fields.get("traddr", ""))
+        found[parts[0]] = (int(parts[1]), fields.get("traddr", ""), parts[3].strip() or "-")
     return found
+
+
+def wait_for_ana(host: Host, device: str, path: str, *, wait_s: float = ANA_WAIT_S) -> str | None:
+    """Poll until ``host`` holds ``path`` usable (optimized or non-optimized) and every other path of ``device``
+    inaccessible; None then (or at once when its controllers have no ANA), else the problem."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        states = parse_ana_states(host.run(["sh", "-c", PATH_COUNTS, "sh", device]).stdout)
+        if not states or "-" in states.values():
+            return None
+        others = [s for a, s in states.items() if a != path]
+        if states.get(path) in ("optimized", "non-optimized") and all(s == "inaccessible" for s in others):
+            return None
+        if time.monotonic() >= deadline:
+            shown = ", ".join(f"{a} {s}" for a, s in sorted(states.items()))
+            return f"{host.name}: the ANA change did not reach it within {wait_s:g} s (it holds {shown})"
+        time.sleep(0.5)
 
 
 def carried_by(before: Mapping[str, tuple[int, str]], after: Mapping[str, tuple[int, str]]) -> dict[str, int]:
@@ -82,7 +113,10 @@ class ParityResult:
     problems: list[str] = field(default_factory=list)
 
 
-def _one_path(host: Host, device: str, path: str) -> tuple[float | None, str | None]:
+def _one_path(host: Host, device: str, path: str, ana_wait_s: float) -> tuple[float | None, str | None]:
+    late = wait_for_ana(host, device, path, wait_s=ana_wait_s)
+    if late is not None:
+        return None, late
     before = parse_path_counts(host.run(["sh", "-c", PATH_COUNTS, "sh", device]).stdout)
     run = host.run(fio_argv(device), check=False, timeout=RUNTIME_S + 120)
     after = parse_path_counts(host.run(["sh", "-c", PATH_COUNTS, "sh", device]).stdout)
@@ -103,8 +137,10 @@ def _one_path(host: Host, device: str, path: str) -> tuple[float | None, str | N
     return sum(job.read.iops for job in result.jobs), None
 
 
-def _measure(host: Host, *, devices: Mapping[str, str], path: str) -> tuple[float | None, str | None]:
-    return _one_path(host, devices[host.name], path)
+def _measure(
+    host: Host, *, devices: Mapping[str, str], path: str, ana_wait_s: float
+) -> tuple[float | None, str | None]:
+    return _one_path(host, devices[host.name], path, ana_wait_s)
 
 
 def measure_paths(
@@ -115,6 +151,7 @@ def measure_paths(
     undo: UndoStack,
     *,
     settle_s: float = SETTLE_S,
+    ana_wait_s: float = ANA_WAIT_S,
 ) -> ParityResult:
     """Each of ``paths`` (target addresses) alone: ``away(address)`` for every other one (armed, restored before
     the next path, its undo on ``undo`` too), then :func:`fio_argv` on every host at once. Per host and path the
@@ -126,7 +163,7 @@ def measure_paths(
             for change in changes:
                 change.inject(undo)
             time.sleep(settle_s)
-            runs = each(hosts, partial(_measure, devices=devices, path=path), check=False)
+            runs = each(hosts, partial(_measure, devices=devices, path=path, ana_wait_s=ana_wait_s), check=False)
         finally:
             for change in reversed(changes):
                 try:

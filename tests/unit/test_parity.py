@@ -23,9 +23,10 @@ PATHS = ("10.10.10.19", "10.10.20.19")
 class Fabric:
     """The target's ports as the initiators see them: which addresses are ANA-inaccessible now."""
 
-    def __init__(self, steer: bool = True) -> None:
+    def __init__(self, steer: bool = True, deaf: bool = False) -> None:
         self.away: set[str] = set()
         self.steer = steer  # False: the initiators keep using the first path whatever ANA says
+        self.deaf = deaf  # True: the initiators never see an ANA change
         self.changes: list[str] = []
 
 
@@ -57,10 +58,16 @@ class Initiator(ScriptedHost):
         self.counts = {"nvme1c0n1": 100, "nvme1c1n1": 100}
         self.ran_over: list[set[str]] = []
 
+    def state(self, address: str) -> str:
+        """What the initiator holds: what the target says, unless it never hears of changes (``deaf``)."""
+        if self.fabric.deaf:
+            return "optimized"
+        return "inaccessible" if address in self.fabric.away else "optimized"
+
     def answer(self, argv: tuple[str, ...]) -> Answer:
         if argv[:3] == ("sh", "-c", parity.PATH_COUNTS):
             return "".join(
-                f"{p}\t{n}\ttraddr={a},trsvcid=4420,src_addr=x \n"
+                f"{p}\t{n}\ttraddr={a},trsvcid=4420,src_addr=x \t{self.state(a)}\n"
                 for (p, n), a in zip(self.counts.items(), PATHS, strict=True)
             )
         if argv[0] == "fio":
@@ -73,9 +80,9 @@ class Initiator(ScriptedHost):
         return None
 
 
-def measure(fabric: Fabric, hosts: list[Initiator]) -> parity.ParityResult:
+def measure(fabric: Fabric, hosts: list[Initiator], **wait: Any) -> parity.ParityResult:
     devices = {h.name: "/dev/nvme1n1" for h in hosts}
-    return parity.measure_paths(hosts, devices, PATHS, lambda a: Away(fabric, a), UndoStack(), settle_s=0)  # type: ignore[arg-type,return-value]
+    return parity.measure_paths(hosts, devices, PATHS, lambda a: Away(fabric, a), UndoStack(), settle_s=0, **wait)  # type: ignore[arg-type,return-value]
 
 
 def test_each_path_is_measured_alone_and_every_change_is_undone() -> None:
@@ -131,3 +138,15 @@ def test_the_parity_limit_is_a_threshold_key_a_lab_may_set(tmp_path: Path) -> No
 
     lab: Any = load_lab(path)
     assert thresholds_for(lab.thresholds_table(), "nvme-tcp", parity.PARITY).max_path_imbalance_pct == 10
+
+
+def test_a_path_is_measured_only_once_the_initiator_holds_the_ana_change() -> None:
+    fabric = Fabric(deaf=True)
+    host = Initiator("vnode1", fabric)
+    result = measure(fabric, [host], ana_wait_s=0.6)
+    assert not host.ran_over, "fio ran before the initiator held the change"
+    assert result.iops == {} and len(result.problems) == 2
+    assert result.problems[0].startswith(
+        f"vnode1: the ANA change did not reach it within 0.6 s (it holds {PATHS[0]} optimized, {PATHS[1]} optimized)"
+    )
+    assert fabric.changes[-1] == f"back {PATHS[0]}"  # undone all the same
