@@ -154,6 +154,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "fabricqa_integrity: an integrity case: runs only over the protocols its target's integrity_protocols names",
     )
+    config.addinivalue_line(
+        "markers",
+        "fabricqa_failover: a failover case: runs only on the targets and protocols the lab's failover section names",
+    )
     config.addinivalue_line("markers", "vlab: needs the virtual lab (QEMU guests); slow")
     value = config.getoption("lab", None)
     if not value:
@@ -487,7 +491,7 @@ def _target_runs_workload(lab: LabModel, item: pytest.Item) -> bool:
     workload = callspec.params.get("workload", callspec.params.get("scaling_workload"))
     if workload is not None and target.workloads is not None and workload.name not in target.workloads:
         return False
-    if callspec.params.get("outage") is not None:
+    if item.get_closest_marker("fabricqa_failover") is not None or callspec.params.get("outage") is not None:
         return lab.failover.runs_on(target, callspec.params.get("protocol"))
     if (
         item.get_closest_marker("fabricqa_integrity") is not None

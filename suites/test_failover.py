@@ -47,7 +47,7 @@ from pytest_fabricqa.thresholds import thresholds_for
 from pytest_fabricqa.transport.base import Host
 from pytest_fabricqa.verdict import WriteGuard
 
-pytestmark = pytest.mark.loads_target
+pytestmark = [pytest.mark.loads_target, pytest.mark.fabricqa_failover]
 
 
 @pytest.mark.fabricqa_late_in_pair  # its outages come after the pair's figures are measured

@@ -301,6 +301,36 @@ def test_integrity_protocols_narrow_a_targets_integrity_cases_and_a_protocol_it_
     assert len([line for line in result.stderr.lines if line.strip()]) == 1
 
 
+FAILOVER_CASES = """
+import pytest
+
+pytestmark = pytest.mark.fabricqa_failover
+
+
+@pytest.mark.parametrize("outage", ["brief"])
+def test_outage(protocol, target_name, outage):
+    pass
+
+
+def test_one_path(protocol, target_name):
+    pass
+"""
+
+
+def test_failover_cases_run_only_on_the_targets_the_failover_section_names_with_or_without_an_outage_parameter(
+    pytester: pytest.Pytester,
+) -> None:
+    """failover.targets: every case marked fabricqa_failover runs on those targets only; the one-path, target-side
+    and parity cases have no ``outage`` parameter and once ran on SPDK too (the CI log showed an SPDK one-path case
+    the lab had left out)."""
+    lab = _two(pytester, TWO_TARGETS + "failover: {targets: [nvmet]}\n")
+    pytester.makepyfile(test_cases=FAILOVER_CASES)
+    result = pytester.runpytest(f"--lab={lab}", "--protocol=nvme-tcp", "--collect-only", "-q", "test_cases.py")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    ids = sorted(line.split("::")[1] for line in result.stdout.lines if "::" in line)
+    assert ids == ["test_one_path[nvme-tcp-nvmet]", "test_outage[nvme-tcp-nvmet-brief]"]
+
+
 TEARDOWN_CONFTEST = """
 import pytest
 
