@@ -6,8 +6,11 @@ A namespace reached over several paths is one device on the initiator (native NV
 picks the path, so a path is measured by leaving it the only usable one: every other path's target port is made
 ANA-inaccessible (:func:`faults.ana_change`; nothing is disconnected, the initiators learn it from an ANA change
 event and route to the optimized path at once), the same short read-only fio runs on every initiator at once, and
-the change is undone before the next path. The path devices' own counters (``nvmeXcZnY/stat``, read before and
-after fio) prove which path carried the reads: a path that did not is a problem, not a figure.
+the change is undone before the next path. Where the host holds ANA states (``ana_state`` on its path devices) the
+run waits until it holds the change; where it does not (Debian 6.1's host with nvmet showed none) the first read
+the inaccessible port fails moves the I/O, so a few reads go first. The path devices' own counters
+(``nvmeXcZnY/stat``, read before and after fio) prove which path carried the reads: a path that did not (beyond
+a few retried reads) is a problem, not a figure.
 
 What a suite calls (``suites/test_failover.py``); no pytest here.
 """
@@ -45,6 +48,9 @@ for f in "$r/${d%n*}"c*n"${d##*n}"; do
     "$(tr '\n' ' ' < "$f/device/address" 2>/dev/null)" "$(cat "$f/ana_state" 2>/dev/null || echo -)"
 done
 """
+PRIME = 'dd if="$1" of=/dev/null bs=4096 count=32 iflag=direct status=none'
+STRAY = 16
+"""Completions another path may show during a path's run (I/O the kernel retried there), or 1% of the path's."""
 ANA_WAIT_S = 30
 """How long the initiators may take to see an ANA change (an event, then the ANA log page read) before fio."""
 
@@ -117,6 +123,10 @@ def _one_path(host: Host, device: str, path: str, ana_wait_s: float) -> tuple[fl
     late = wait_for_ana(host, device, path, wait_s=ana_wait_s)
     if late is not None:
         return None, late
+    # A host that does not hold ANA states (Debian 6.1 with nvmet showed no ana_state on its path devices) learns a
+    # port is inaccessible from the first I/O that port fails, then retries it on another path: a few reads first,
+    # so that the failover is behind us before anything is counted.
+    host.run(["sh", "-c", PRIME, "sh", device], check=False, timeout=120)
     before = parse_path_counts(host.run(["sh", "-c", PATH_COUNTS, "sh", device]).stdout)
     run = host.run(fio_argv(device), check=False, timeout=RUNTIME_S + 120)
     after = parse_path_counts(host.run(["sh", "-c", PATH_COUNTS, "sh", device]).stdout)
@@ -127,11 +137,11 @@ def _one_path(host: Host, device: str, path: str, ana_wait_s: float) -> tuple[fl
     if result.errors:
         return None, f"{host.name}: fio over path {path} saw errors: {'; '.join(result.errors[:2])}"
     moved = carried_by(before, after)
-    others = {a: n for a, n in moved.items() if a != path and n > 0}
-    if moved.get(path, 0) <= 0 or others:
+    others = sum(n for a, n in moved.items() if a != path)
+    if moved.get(path, 0) <= 0 or others > max(STRAY, moved[path] // 100):
         shown = ", ".join(f"{a} {n}" for a, n in sorted(moved.items())) or "no path device counted any"
         return None, (
-            f"{host.name}: with only {path} usable the reads did not all go over it (completions per path: {shown}); "
+            f"{host.name}: with only {path} usable the reads did not go over it (completions per path: {shown}); "
             "the ANA change did not steer the I/O"
         )
     return sum(job.read.iops for job in result.jobs), None
