@@ -43,7 +43,7 @@ from pytest_fabricqa.protocols import protocol as protocol_spec
 from pytest_fabricqa.provision import Fabric
 from pytest_fabricqa.report import model as rm
 from pytest_fabricqa.targets.base import UndoStack
-from pytest_fabricqa.thresholds import thresholds_for
+from pytest_fabricqa.thresholds import Thresholds, thresholds_for
 from pytest_fabricqa.transport.base import Host
 from pytest_fabricqa.verdict import WriteGuard
 
@@ -127,19 +127,13 @@ def test_paths_carry_alike(
     limits = thresholds_for(lab.thresholds_table(), protocol, parity.PARITY)
     problems = parity.parity_problems(result, limits, paths) + failed_undo
     imbalance = parity.imbalance(result)
-    case = rm.Case(
-        nodeid=request.node.nodeid,
-        case_id=f"{protocol}-{fabric.target}-failover-{parity.PARITY}",
-        suite="failover",
-        verdict="passed",
-        protocol=protocol,
-        target=fabric.target,
+    case = _case(
+        request, protocol, fabric, parity.PARITY,
         figures={"path_imbalance_pct": max(imbalance.values())} if imbalance else {},
         hosts={n: {"path_imbalance_pct": v} for n, v in imbalance.items()},
-        thresholds=limits.limits(),
-        violations=tuple(problems),
+        limits=limits, problems=problems,
         extras={"parity": {"device": device.backing, "iops_per_path": result.iops}},
-    )
+    )  # fmt: skip
     fabricqa_report.record(case, request)
     assert not problems, "\n".join(problems)
 
@@ -177,17 +171,11 @@ def _outage_case(
         problems += og.usable_after(hosts, device.paths, settings.recover_s)
         if not problems:
             problems += og.verified_after(hosts, device.paths, regions)
-    case = rm.Case(
-        nodeid=request.node.nodeid,
-        case_id=f"{protocol}-{fabric.target}-failover-{outage}",
-        suite="failover",
-        verdict="passed",
-        protocol=protocol,
-        target=fabric.target,
+    case = _case(
+        request, protocol, fabric, outage,
         figures=_worst(result),
         hosts={n: f.figures() for n, f in result.figures.items()},
-        thresholds=limits.limits(),
-        violations=tuple(problems),
+        limits=limits, problems=problems,
         extras={
             "failover": {
                 "outage": outage,
@@ -202,13 +190,34 @@ def _outage_case(
                 "series": result.series,  # IOPS over time per host and the fault window: the report's chart
             }
         },
-    )
+    )  # fmt: skip
     raw = fabricqa_report.raw_path(case.case_id).with_suffix(".failover")
     for name, text in result.raw_files().items():
         (raw / name).parent.mkdir(parents=True, exist_ok=True)
         (raw / name).write_text(text)
     fabricqa_report.record(case, request)
     assert not problems, "\n".join(problems)
+
+
+def _case(
+    request: pytest.FixtureRequest, protocol: str, fabric: Fabric, name: str, *, figures: dict[str, float],
+    hosts: dict[str, dict[str, float]], limits: Thresholds, problems: list[str], extras: dict[str, Any],
+) -> rm.Case:  # fmt: skip
+    """A failover case for the report: ``<protocol>-<target>-failover-<name>``; the report judges it by its
+    violations."""
+    return rm.Case(
+        nodeid=request.node.nodeid,
+        case_id=f"{protocol}-{fabric.target}-failover-{name}",
+        suite="failover",
+        verdict="passed",
+        protocol=protocol,
+        target=fabric.target,
+        figures=figures,
+        hosts=hosts,
+        thresholds=limits.limits(),
+        violations=tuple(problems),
+        extras=extras,
+    )
 
 
 def _target_fault(
