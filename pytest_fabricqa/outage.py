@@ -1,4 +1,4 @@
-"""Paths down under I/O (issue 13, faults a, d and e): fio writing and verifying on every initiator, every
+"""Paths down under I/O (issue 13, faults a to e): fio writing and verifying on every initiator, every
 initiator's storage paths (or the one carrying its I/O) down at once, back up, and each host's failover figures
 read from fio's IOPS log.
 
@@ -388,12 +388,12 @@ def path_outage(
     """Paths down on every host at once while fio writes and verifies ``regions[host]`` of ``devices[host]``; each
     host's figures. :data:`failover.BRIEF` and :data:`failover.LONG`: every storage link of each host, for the
     outage's time; :data:`failover.ONE_PATH`: only the link of the path carrying the I/O once it flows
-    (:func:`active_interface`), for ``one_path_down_s``; :data:`failover.ANA`: ``target_fault(address)`` on the
-    target for the port at the address carrying the first host's I/O (its ANA group inaccessible; with
-    :data:`failover.PORT` the port itself taken away), for
-    ``one_path_down_s``, each host's window read on its own clock just before and after. ``family``: ``nvme`` or
-    ``scsi`` (which timeouts of ``lab.failover`` apply). Every change is undone by ``undo`` (the caller unwinds it, also on failure); the links
-    are up again and fio has ended on return."""
+    (:func:`active_interface`), for ``one_path_down_s``; :data:`failover.ANA` and :data:`failover.PORT`:
+    ``target_fault(address)`` on the target, for the port at the address carrying the first host's I/O (its ANA
+    group inaccessible, or the port itself taken away), for ``one_path_down_s``, each host's window read on its own
+    clock just before and after. ``family``: ``nvme`` or ``scsi`` (which timeouts of ``lab.failover`` apply). Every
+    change is undone by ``undo`` (the caller unwinds it, also on failure); the links are up again and fio has ended
+    on return."""
     settings: FailoverSettings = lab.failover
     down_s = {
         BRIEF: settings.brief_down_s, LONG: settings.long_down_s,
