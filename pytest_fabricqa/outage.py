@@ -54,6 +54,7 @@ from pytest_fabricqa.fanout import each
 from pytest_fabricqa.fio.command import LOG_MARKER, split_logs
 from pytest_fabricqa.fio.parse import FioOutputError, fio_messages, parse_fio_output
 from pytest_fabricqa.fio.verify import VERIFY, VERIFY_BACKLOG, Region, run_verify
+from pytest_fabricqa.initiators.nvme import traddr as traddr_of
 from pytest_fabricqa.integrity import Outcome
 from pytest_fabricqa.lab import FailoverSettings, LabModel
 from pytest_fabricqa.oracle.settings import OracleSettings
@@ -157,10 +158,9 @@ def parse_active_path(text: str) -> tuple[str, str] | None:
         parts = line.split("\t")
         if len(parts) < 3 or not parts[1].lstrip("-").isdigit():
             continue
-        fields = dict(f.partition("=")[::2] for f in parts[2].replace(" ", ",").split(",") if "=" in f)
         done = int(parts[1])
         if done > 0 and (best is None or done > best[0]):
-            best = (done, parts[0], fields.get("traddr", ""))
+            best = (done, parts[0], traddr_of(parts[2]))
     return None if best is None else (best[1], best[2])
 
 

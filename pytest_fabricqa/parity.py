@@ -26,6 +26,7 @@ from pytest_fabricqa import faults
 from pytest_fabricqa.failover import PARITY, imbalance_violations, path_imbalance_pct
 from pytest_fabricqa.fanout import each
 from pytest_fabricqa.fio.parse import FioOutputError, parse_fio_output
+from pytest_fabricqa.initiators.nvme import traddr as traddr_of
 from pytest_fabricqa.targets.base import UndoStack
 from pytest_fabricqa.thresholds import Thresholds
 from pytest_fabricqa.transport.base import Host
@@ -81,8 +82,7 @@ def _paths(text: str) -> dict[str, tuple[int, str, str]]:
         parts = [*line.split("\t"), "-"]
         if len(parts) < 4 or not parts[1].isdigit():
             continue
-        fields = dict(f.partition("=")[::2] for f in parts[2].replace(" ", ",").split(",") if "=" in f)
-        found[parts[0]] = (int(parts[1]), fields.get("traddr", ""), parts[3].strip() or "-")
+        found[parts[0]] = (int(parts[1]), traddr_of(parts[2]), parts[3].strip() or "-")
     return found
 
 

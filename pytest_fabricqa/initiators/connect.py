@@ -272,12 +272,6 @@ def connect_iscsi(lab: LabModel, model: TargetModel, export: Export, host: Host,
     return Connected(devices, discovered)
 
 
-def _traddr(address: str) -> str:
-    """``traddr=10.10.10.19,trsvcid=4420,src_addr=...`` (a controller's ``address`` in sysfs) -> ``10.10.10.19``."""
-    fields = dict(part.partition("=")[::2] for part in address.replace(" ", ",").split(",") if "=" in part)
-    return fields.get("traddr", "")
-
-
 def path_problems(
     host: str, export: Export, controllers: Iterable[nvme.Controller], sessions: Iterable[iscsi.Session]
 ) -> list[str]:
@@ -288,7 +282,7 @@ def path_problems(
     for name in export.subsystems:
         if protocol_spec(export.protocol).family == "nvme":
             ours = [c for c in controllers if c.subsysnqn == name]
-            reached = sorted(_traddr(c.address) for c in ours if c.state == "live")
+            reached = sorted(nvme.traddr(c.address) for c in ours if c.state == "live")
             down = [f"{c.name} ({c.state})" for c in ours if c.state != "live"]
             what = "live controller"
         else:

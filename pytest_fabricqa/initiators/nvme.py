@@ -172,6 +172,13 @@ def json_refused(stderr: str) -> bool:
     return bool(_REFUSED_OPTION.search(stderr))
 
 
+def traddr(address: str) -> str:
+    """The target address in a controller's sysfs ``address`` (``traddr=10.10.10.19,trsvcid=4420,src_addr=...``,
+    maybe newline- or space-ended); empty when it names none."""
+    fields = dict(part.partition("=")[::2] for part in address.replace(" ", ",").split(",") if "=" in part)
+    return fields.get("traddr", "").strip()
+
+
 def parse_sysfs(text: str) -> tuple[list[Controller], list[NamespaceDevice]]:
     """:data:`SYSFS_SCRIPT` output -> controllers and namespace devices."""
     controllers: list[Controller] = []
