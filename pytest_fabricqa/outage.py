@@ -65,8 +65,11 @@ from pytest_fabricqa.transport.base import Host
 INTERVAL_MS = 100
 """fio's ``log_avg_msec``: the IOPS log's window, what a stall is measured in (failover.py)."""
 IODEPTH = 4
-RATE_IOPS = 1000
-"""Per host: enough lines in every window, little enough for an emulated lab whose cores other runs share."""
+RATE_IOPS = 50
+"""Per host: ~5 completions in every 100 ms window, so a window without one is a stall, and little enough load
+that the guest still answers the case's own commands. At 1,000 (a bound fio never reached: 80-100 IOPS flat out
+with verify under emulation) the guests' CPUs were saturated: a command took 2-4 s instead of 0.3, a 1 s sample
+of the active path 10-12 s, and a one-path-down case over nvme-tcp 80 s; at 50, 51 s (stall 5.9 s either way)."""
 WORKDIR = "/tmp"
 RUNTIME_MARGIN_S = 60
 
