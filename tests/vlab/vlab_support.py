@@ -22,14 +22,8 @@ STATE = Path(os.environ.get("FABRICQA_PROVISION_VLAB_STATE", str(ROOT / ".fabric
 
 
 def lab_data() -> dict[str, Any]:
-    """labs/vlab.yaml as data, every target on its first path, renamed and moved to other ports when
-    ``FABRICQA_TESTS_VLAB`` asks."""
+    """labs/vlab.yaml as data, renamed and moved to other ports when ``FABRICQA_TESTS_VLAB`` asks."""
     data: dict[str, Any] = yaml.safe_load((ROOT / "labs" / "vlab.yaml").read_text())
-    # One path per target: these tests prove undo, safety and figures, which a second path only makes slower
-    # (each NVMe connect and disconnect twice over); the main job's connectivity and failover suites prove the
-    # lab's paths: all (nvmet) for real. tests/vlab took ~31 min on a quiet host with both paths.
-    for target in data["targets"]:
-        target["paths"] = "first"
     wanted = os.environ.get("FABRICQA_TESTS_VLAB")
     if wanted:
         name, _, port = wanted.partition(":")
