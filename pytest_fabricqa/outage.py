@@ -75,14 +75,17 @@ RUNTIME_MARGIN_S = 60
 
 # Starts fio detached in a fresh folder: the folder is printed; "start"/"end" hold the host's Unix ms around
 # fio, "rc" its exit code, "pid" the leader of fio's own session (kill -- -PID stops it). Fixed text: the
-# folder base and fio's argv arrive as "$@".
+# folder base and fio's argv arrive as "$@". Each marker is written aside and renamed into place: "end" is what
+# the collector waits for, and a file the shell had created but date not yet filled was once read as empty
+# (fresh-clone CI of 1b60a3b: "the run ends (-1 ms) before it starts").
 FIO_START = r"""
 set -e
 d=$(mktemp -d "$1/fabricqa-failover.XXXXXX")
 shift
 cd "$d"
-setsid sh -c 'date +%s%3N > start; "$@" > fio.json 2> fio.err & echo $! > fio.pid; wait $!; echo $? > rc
-  date +%s%3N > end' sh "$@" < /dev/null > /dev/null 2>&1 &
+setsid sh -c 'date +%s%3N > .start; mv .start start; "$@" > fio.json 2> fio.err & echo $! > .fio.pid
+  mv .fio.pid fio.pid; wait $!; echo $? > .rc; mv .rc rc; date +%s%3N > .end; mv .end end' sh "$@" \
+  < /dev/null > /dev/null 2>&1 &
 echo $! > pid
 echo "$d"
 """

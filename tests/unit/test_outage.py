@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 import subprocess
 import time
 from dataclasses import replace
@@ -345,6 +346,34 @@ def test_fio_writes_and_verifies_its_own_region_and_logs_iops_on_the_unix_clock(
         "--write_iops_log=vnode2", "--log_avg_msec=100", "--log_unix_epoch=1", "--runtime=9", "--time_based=1",
     ):  # fmt: skip
         assert option in argv
+
+
+def test_fios_end_marker_is_never_seen_before_it_holds_the_time(tmp_path: Path) -> None:
+    """The collector waits for "end" to exist and reads it at once. Run for real with a ``date`` that takes 0.5 s
+    to answer: written straight into "end", the file existed empty for that half second (CI read it so once)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    slow_date = bin_dir / "date"
+    slow_date.write_text(f'#!/bin/sh\nsleep 0.5\nexec {shutil.which("date")} "$@"\n')
+    slow_date.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    started = subprocess.run(
+        ["sh", "-c", outage.FIO_START, "sh", str(tmp_path), "sh", "-c", "exit 3"],
+        capture_output=True, text=True, env=env, check=True,
+    )  # fmt: skip
+    folder = Path(started.stdout.strip().splitlines()[-1])
+    deadline = time.monotonic() + 20
+    while not (folder / "end").exists():
+        assert time.monotonic() < deadline, "fio's wrapper never wrote its end marker"
+        time.sleep(0.005)
+    assert (folder / "end").read_text().strip().isdigit()
+    collected = subprocess.run(
+        ["sh", "-c", outage.FIO_COLLECT, "sh", str(folder), "5"], capture_output=True, text=True, check=True
+    )
+    _, files = outage.split_logs(collected.stdout)
+    assert int(files["rc"]) == 3
+    assert 0 < int(files["start"]) <= int(files["end"])
+    assert not [name for name in files if name.startswith(".")]
 
 
 @pytest.mark.parametrize("counted", ["nvme1n1", "nvme1c3n1"])
