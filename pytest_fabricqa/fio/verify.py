@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pytest_fabricqa.fio.model import FioResult
 from pytest_fabricqa.fio.parse import FioOutputError, fio_messages, parse_fio_output
@@ -37,6 +37,13 @@ VERIFY_BACKLOG = 64
 EILSEQ = 84
 """The errno fio ends a job with when a verify failed."""
 TIMEOUT_S = 600.0
+"""How long the SSH command waits for a verify run."""
+BOUND_S = 540
+"""How long fio may run on the host before ``timeout`` stops it (TERM, then KILL 10 s later): less than
+:data:`TIMEOUT_S`, so that a run the transport gives up on never goes on writing on the host. One did once, after a
+lost nvme-rdma I/O, and wrote into the next case's region when the I/O was retried (fresh-clone CI of 921f925)."""
+BOUND_EXITS = (124, 137)
+"""``timeout``'s exit codes when it stopped the command (TERM took; KILL was needed)."""
 
 # "crc32c: verify failed at file /dev/x offset 1089536, length 8192 (requested block: ...)" and
 # "verify: bad magic header 0, wanted acca at file /dev/x offset 1122304, length 8192 (requested block: ...)".
@@ -201,9 +208,13 @@ def read_verify(command: CommandResult, device: str, regions: Sequence[Region]) 
 def run_verify(host: Host, device: str, regions: Sequence[Region], *, write: bool) -> VerifyRun:
     """Write ``regions`` of ``device`` on ``host`` with a verifiable pattern and read them back (``write``), or
     only read them back and check them; never raises for a mismatch (it is in the result)."""
-    argv = verify_argv(device, regions, write=write)
+    argv = ["timeout", "--kill-after=10", str(BOUND_S), *verify_argv(device, regions, write=write)]
     command = host.run(argv, check=False, timeout=TIMEOUT_S)
-    return read_verify(command, device, regions)
+    run = read_verify(command, device, regions)
+    if command.exit_code in BOUND_EXITS:
+        stopped = f"{host.name}: fio on {device} was stopped after {BOUND_S} s on the host (fio.verify.BOUND_S)"
+        run = replace(run, problems=(stopped, *run.problems))
+    return run
 
 
 def _verify_only(result: FioResult) -> bool:

@@ -3,12 +3,15 @@ firing on it, the scenarios' bookkeeping, and the results model, JUnit and HTML 
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
 from fakes import ScriptedHost
 
 from pytest_fabricqa import integrity as ig
+from pytest_fabricqa.fio import verify
 from pytest_fabricqa.fio.verify import Region, read_verify, verify_argv
 from pytest_fabricqa.initiators.connect import FabricDevice
 from pytest_fabricqa.lab import LabError, load_lab
@@ -16,6 +19,7 @@ from pytest_fabricqa.report.gather import flat_properties
 from pytest_fabricqa.report.html import integrity_summary
 from pytest_fabricqa.report.model import case_from_dict, case_to_dict
 from pytest_fabricqa.transport.base import CommandResult
+from pytest_fabricqa.transport.local import LocalHost
 
 LABS = Path(__file__).resolve().parents[2] / "labs"
 
@@ -54,6 +58,25 @@ def test_a_verify_only_job_never_carries_the_backlog_that_made_fio_miss_every_mi
     assert "--verify_only=1" in argv
     assert not any(a.startswith(("--verify_backlog", "--do_verify")) for a in argv)
     assert argv.count("--filename=/dev/sdb") == 2  # one job per region
+
+
+def test_a_verify_that_outlasts_its_bound_is_stopped_on_the_host_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run for real on this machine with a "fio" that never ends: the host's own ``timeout`` stops it at the bound,
+    long before the transport would give up on the command (over SSH, that would leave fio running)."""
+    fake = tmp_path / "fio"
+    fake.write_text(f"#!/bin/sh\necho $$ > {tmp_path}/pid\nexec sleep 120\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(verify, "BOUND_S", 1)
+    began = time.monotonic()
+    run = verify.run_verify(LocalHost("vnode1"), "/dev/null", [Region(0, 1 << 20, 4096)], write=False)
+    assert time.monotonic() - began < 60
+    assert not run.ok
+    assert run.problems[0] == "vnode1: fio on /dev/null was stopped after 1 s on the host (fio.verify.BOUND_S)"
+    pid = int((tmp_path / "pid").read_text())
+    assert not Path(f"/proc/{pid}").exists() or "sleep" not in Path(f"/proc/{pid}/cmdline").read_text()
 
 
 def test_a_region_is_whole_blocks_and_names_the_block_a_byte_falls_in() -> None:
@@ -114,7 +137,7 @@ class Lab:
 
     def __init__(self, verify: str) -> None:
         self.vnode1 = ScriptedHost("vnode1", lambda argv: self.fio("write-verify-8k", argv))
-        self.vnode2 = ScriptedHost("vnode2", lambda argv: self.fio(verify, argv) if argv[0] == "fio" else "")
+        self.vnode2 = ScriptedHost("vnode2", lambda argv: self.fio(verify, argv) if "fio" in argv[:4] else "")
         self.vstor = ScriptedHost("vstor", lambda argv: "")
 
     def fio(self, name: str, argv: tuple[str, ...]) -> tuple[int, str, str]:
