@@ -636,10 +636,22 @@ class IscsiPathSettings(_Model):
 class MultipathSettings(_Model):
     """The path settings every initiator should show while a fabric is connected: what decides whether a lost
     path stalls I/O, fails it or sends it down another path (the connectivity suite reads them, never sets them).
-    dm-multipath's own settings (multipathd, no_path_retry) are not covered yet."""
+    dm-multipath's own settings (multipathd running, no_path_retry) are not covered yet."""
 
     nvme: NvmePathSettings = NvmePathSettings()
     iscsi: IscsiPathSettings = IscsiPathSettings()
+    iscsi_dm: IscsiPathSettings = IscsiPathSettings()
+    """The same keys for the sessions of a target served over several paths (``paths: all``), whose LUNs
+    dm-multipath maps: multipathd writes each path's session ``recovery_tmo`` from its own ``fast_io_fail_tmo``
+    (5 s unless multipath.conf says otherwise), so those sessions show that instead of open-iscsi's
+    replacement_timeout. A key left out here falls back to ``iscsi``'s."""
+
+    def iscsi_for(self, paths: int) -> tuple[IscsiPathSettings, str]:
+        """The session settings expected over ``paths`` paths, and the section they come from (for messages)."""
+        if paths < 2:
+            return self.iscsi, "iscsi"
+        merged = self.iscsi.model_copy(update=self.iscsi_dm.model_dump(exclude_none=True))
+        return merged, "iscsi_dm"
 
 
 class VlabDrive(_Model):

@@ -43,11 +43,11 @@ def lab_problems(lab: LabModel) -> Iterator[tuple[Key, str]]:
 
 def _path_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
     for i, target in enumerate(lab.targets):
-        if target.paths == "all" and target.kind not in ("nvmet", "spdk"):
+        if target.paths == "all" and target.kind not in ("nvmet", "spdk", "lio"):
             yield (
                 ("targets", str(i), "paths"),
-                f"paths: all (every storage port a path) is built for nvmet and spdk targets so far, not "
-                f"{target.kind} (dm-multipath for iSCSI and iSER is next); use paths: first",
+                f"paths: all (every storage port a path) is built for nvmet, spdk and lio targets so far, not "
+                f"{target.kind} (SCST's and tgt's portals per path are next); use paths: first",
             )
 
 

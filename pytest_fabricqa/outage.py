@@ -135,22 +135,36 @@ while [ "$(date +%s)" -lt "$end" ]; do
 done
 exit 1
 """
-# Which path of an NVMe multipath head ($1) carries the I/O: each path device nvmeXcZnY with the reads and writes
-# it completed over $2 s and its controller's address ("traddr=...,trsvcid=...,src_addr=..."), tab-separated.
-# $3: the sysfs block folder, for tests.
+# Which path of a multipath device ($1) carries the I/O: each path with the reads and writes it completed over $2 s
+# and its target address ("traddr=...,trsvcid=...", tab-separated. An NVMe multipath head nvmeXnY's paths are
+# nvmeXcZnY, each with its controller's address; a dm-multipath map's are its slaves (sdb, sdc), each with the
+# address of its iSCSI session's connection. $3: the sysfs block folder, $4 the iSCSI connections', for tests.
 ACTIVE_PATH = r"""
 r=${3:-/sys/class/block}
+c=${4:-/sys/class/iscsi_connection}
 d=$(basename "$(readlink -f "$1")")
+paths() {
+  case $d in
+    dm-*) for f in "$r/$d"/slaves/*; do [ -e "$r/${f##*/}/stat" ] && echo "${f##*/}"; done ;;
+    *) for f in "$r/${d%n*}"c*n"${d##*n}"; do [ -e "$f/stat" ] && echo "${f##*/}"; done ;;
+  esac
+}
+address() {
+  if [ -e "$r/$1/device/address" ]; then tr '\n' ' ' < "$r/$1/device/address"; return; fi
+  s=$(readlink -f "$r/$1/device")
+  s=${s#*/session}
+  s=${s%%/*}
+  printf 'traddr=%s,trsvcid=%s' "$(cat "$c/connection$s:0/persistent_address" 2>/dev/null)" \
+    "$(cat "$c/connection$s:0/persistent_port" 2>/dev/null)"
+}
 snap() {
-  for f in "$r/${d%n*}"c*n"${d##*n}"; do
-    [ -e "$f/stat" ] && printf '%s %s\n' "${f##*/}" "$(awk '{print $1 + $5}' "$f/stat")"
-  done
+  for p in $(paths); do printf '%s %s\n' "$p" "$(awk '{print $1 + $5}' "$r/$p/stat")"; done
 }
 a=$(snap)
 sleep "$2"
 snap | while read -r p n; do
   was=$(printf '%s\n' "$a" | awk -v p="$p" '$1 == p {print $2}')
-  printf '%s\t%s\t%s\n' "$p" "$((n - ${was:-0}))" "$(tr '\n' ' ' < "$r/$p/device/address" 2>/dev/null)"
+  printf '%s\t%s\t%s\n' "$p" "$((n - ${was:-0}))" "$(address "$p")"
 done
 """
 ACTIVE_SAMPLE_S = 1
@@ -171,15 +185,17 @@ def parse_active_path(text: str) -> tuple[str, str] | None:
 
 
 def active_path(host: Host, device: str) -> tuple[str, str]:
-    """(path device, target address) of the path of ``device`` (an NVMe multipath head) that completed the most
-    I/O over a second: the one carrying it now. :class:`faults.FaultError` when it cannot be told."""
+    """(path device, target address) of the path of ``device`` (an NVMe multipath head or a dm-multipath map) that
+    completed the most I/O over a second: the one carrying it now. :class:`faults.FaultError` when it cannot be
+    told."""
     found = host.run(["sh", "-c", ACTIVE_PATH, "sh", device, str(ACTIVE_SAMPLE_S)], check=False, timeout=60)
     active = parse_active_path(found.stdout)
     if active is None:
         raise faults.FaultError(
             host.name,
             f"no path of {device} completed I/O in {ACTIVE_SAMPLE_S} s, so the path carrying it cannot be told",
-            "a one-path outage needs an NVMe multipath device (nvmeXnY with paths nvmeXcZnY) under I/O",
+            "a one-path outage needs a multipath device under I/O (an NVMe head nvmeXnY with paths nvmeXcZnY, or a "
+            "dm-multipath map of iSCSI disks)",
         )
     return active
 

@@ -121,9 +121,10 @@ def test_path_settings_are_what_the_lab_expects(
     hosts = [host for host in initiators if fabric.devices_on(host.name)]
     family = protocol_spec(protocol).family
     found, problems = read_everywhere(hosts, fabric.export.subsystems)
-    problems += path_settings_problems(found, fabric.export.subsystems, family, fabric.lab.multipath)
+    paths = len(fabric.export.addresses)
+    problems += path_settings_problems(found, fabric.export.subsystems, family, fabric.lab.multipath, paths)
     case = path_settings_case(request.node.nodeid, f"{protocol}-{fabric.target}-path-settings", protocol,
-                              fabric.target, family, found, problems, fabric.lab.multipath)  # fmt: skip
+                              fabric.target, family, found, problems, fabric.lab.multipath, paths)  # fmt: skip
     fabricqa_report.record(case, request)
     assert not problems, "\n".join(problems)
 

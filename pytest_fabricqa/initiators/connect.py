@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 
-from pytest_fabricqa.initiators import iscsi, nvme, portal_reachable
+from pytest_fabricqa.initiators import dm, iscsi, nvme, portal_reachable
 from pytest_fabricqa.lab import LabModel, TargetModel
 from pytest_fabricqa.protocols import protocol as protocol_spec
 from pytest_fabricqa.queues import iscsi_node_updates
@@ -173,10 +173,11 @@ def iface_name(model: TargetModel, transport: str) -> str:
 
 
 def connect_iscsi(lab: LabModel, model: TargetModel, export: Export, host: Host, undo: UndoStack) -> Connected:
+    """Log in over every portal of ``export`` (one session per path). Over several, each LUN is one disk per
+    session, and the device used is the dm-multipath map multipathd made of them (:mod:`.dm`)."""
     iface = iface_name(model, export.transport)
     iqn = export.subsystems[0]
     initiator_iqn = lab.hosts[host.name].initiator_iqn
-    portal = iscsi.portal_name(export.address, export.port)
     undo.push(f"delete iface {iface}", partial(iscsi.delete_iface, host, iface))
     try:
         iscsi.ensure_iface(host, iface, export.transport, initiator_iqn)
@@ -184,26 +185,31 @@ def connect_iscsi(lab: LabModel, model: TargetModel, export: Export, host: Host,
         raise ProvisionError(
             host.name, f"cannot create the open-iscsi iface {iface} ({command_tail(exc)})", "is iscsid running?"
         ) from None
-    undo.push(
-        f"delete the node records of {iqn}",
-        partial(iscsi.delete_records, host, iqn, portal, export.address, export.port),
-    )
-    try:
-        targets = iscsi.discover(host, export.address, export.port, iface)
-    except CommandError as exc:
-        raise ProvisionError(
-            host.name,
-            f"iSCSI discovery at {portal} failed ({command_tail(exc)})",
-            "check that iscsid runs on the initiator and the target's portal is enabled",
-        ) from None
-    discovered = list(dict.fromkeys(t.iqn for t in targets))
-    if iqn not in discovered:
-        raise ProvisionError(
-            host.name,
-            f"discovery at {portal} does not list {iqn} (it lists: {', '.join(discovered) or 'nothing'})",
-            "check the target IQN and that its TPG is enabled",
+    portals: list[str] = []
+    discovered: list[str] = []
+    for address in export.addresses:
+        portal = iscsi.portal_name(address, export.port)
+        undo.push(
+            f"delete the node records of {iqn} at {portal}",
+            partial(iscsi.delete_records, host, iqn, portal, address, export.port),
         )
-    portal = next((t.portal for t in targets if t.iqn == iqn and t.portal == portal), portal)
+        try:
+            targets = iscsi.discover(host, address, export.port, iface)
+        except CommandError as exc:
+            raise ProvisionError(
+                host.name,
+                f"iSCSI discovery at {portal} failed ({command_tail(exc)})",
+                "check that iscsid runs on the initiator and the target's portal is enabled",
+            ) from None
+        here = list(dict.fromkeys(t.iqn for t in targets))
+        discovered += [name for name in here if name not in discovered]
+        if iqn not in here:
+            raise ProvisionError(
+                host.name,
+                f"discovery at {portal} does not list {iqn} (it lists: {', '.join(here) or 'nothing'})",
+                "check the target IQN and that its TPG is enabled",
+            )
+        portals.append(next((t.portal for t in targets if t.iqn == iqn and t.portal == portal), portal))
     if any(s.iqn == iqn for s in iscsi.sessions(host)):
         # Logged in before this run's login (a killed run's sessions were ended at the start): someone else's.
         raise ProvisionError(
@@ -215,54 +221,83 @@ def connect_iscsi(lab: LabModel, model: TargetModel, export: Export, host: Host,
         "node.session.queue_depth": model.iscsi.queue_depth if model.iscsi else None,
         "node.session.cmds_max": model.iscsi.cmds_max if model.iscsi else None,
     }
-    for argv in iscsi_node_updates(iqn, portal, iface, settings):
+    for portal in portals:
+        for argv in iscsi_node_updates(iqn, portal, iface, settings):
+            try:
+                host.run(argv)
+            except CommandError as exc:
+                raise ProvisionError(
+                    host.name,
+                    f"cannot set {argv[-3]} of the node record of {iqn} ({command_tail(exc)})",
+                    "check the value against open-iscsi's limits (iscsid.conf)",
+                ) from None
+    multipath = len(portals) > 1
+    known = dm.remembered(host) if multipath else set()
+    for portal in portals:
+        undo.push(f"log out of {iqn} at {portal}", partial(iscsi.logout, host, iqn, portal))
         try:
-            host.run(argv)
+            iscsi.login(host, iqn, portal, iface)
         except CommandError as exc:
+            fix = (
+                f"check that the target's ACLs admit {initiator_iqn}"
+                if initiator_iqn
+                else "check the target's ACLs (demo mode?)"
+            )
+            if export.transport == "iser":
+                fix += " and that the portal has iser=1 and both ends have an RDMA link"
             raise ProvisionError(
                 host.name,
-                f"cannot set {argv[-3]} of the node record of {iqn} ({command_tail(exc)})",
-                "check the value against open-iscsi's limits (iscsid.conf)",
+                f"iSCSI login to {iqn} at {portal} over {export.transport} failed ({command_tail(exc)})",
+                fix,
             ) from None
-    undo.push(f"log out of {iqn}", partial(iscsi.logout, host, iqn, portal))
-    try:
-        iscsi.login(host, iqn, portal, iface)
-    except CommandError as exc:
-        fix = (
-            f"check that the target's ACLs admit {initiator_iqn}"
-            if initiator_iqn
-            else "check the target's ACLs (demo mode?)"
-        )
-        if export.transport == "iser":
-            fix += " and that the portal has iser=1 and both ends have an RDMA link"
-        raise ProvisionError(
-            host.name, f"iSCSI login to {iqn} at {portal} over {export.transport} failed ({command_tail(exc)})", fix
-        ) from None
-    session = next((s for s in iscsi.sessions(host) if s.iqn == iqn), None)
-    if session is None or session.transport != export.transport:
+    ours = [s for s in iscsi.sessions(host) if s.iqn == iqn]
+    wrong = [s for s in ours if s.transport != export.transport]
+    if len(ours) != len(portals) or wrong:
+        shown = ", ".join(f"{s.portal} over {s.transport}" for s in ours) or "none"
         raise ProvisionError(
             host.name,
-            f"the session to {iqn} runs over {session.transport if session else 'nothing'}, not {export.transport}",
+            f"after logging in to {iqn} over {len(portals)} portal(s) over {export.transport}, its sessions are: "
+            f"{shown}",
             "check the node's iface.transport_name and the portal's iser attribute",
         )
     luns = [u.address for u in export.units]
-    found = iscsi.wait_for_luns(host, iqn, luns, DEVICE_TIMEOUT_S)
+    found = iscsi.wait_for_lun_paths(host, iqn, luns, len(portals), DEVICE_TIMEOUT_S)
     for lun in luns:
-        if lun not in found:
+        if len(found.get(lun, [])) < len(portals):
             raise ProvisionError(
                 host.name,
-                f"LUN {lun} of {iqn} has no disk {DEVICE_TIMEOUT_S:.0f} s after login",
+                f"LUN {lun} of {iqn} has {len(found.get(lun, []))} disk(s) over {len(portals)} session(s) "
+                f"{DEVICE_TIMEOUT_S:.0f} s after login",
                 "load sd_mod on the initiator and check the ACL's mapped LUNs on the target",
             )
+    paths: dict[int, str] = {lun: found[lun][0].path for lun in luns}
+    if multipath:
+        for lun in luns:
+            disks = [d.name for d in found[lun]]
+            made = dm.wait_for_map(host, disks, DEVICE_TIMEOUT_S)
+            if made is None:
+                raise ProvisionError(
+                    host.name,
+                    f"LUN {lun} of {iqn} shows as {len(disks)} disks ({', '.join(disks)}), one per path, and no "
+                    f"multipath map holds them {DEVICE_TIMEOUT_S:.0f} s after login",
+                    "run multipathd (multipath-tools) with a multipath.conf that maps them (find_multipaths, "
+                    "blacklist), check that every path shows the same WWID (the connectivity suite), or set the "
+                    "target's paths: first",
+                )
+            wwid = dm.map_wwid(host, made.node)
+            if wwid not in known:
+                undo.push(f"forget WWID {wwid} in {dm.WWIDS_FILE}", partial(dm.forget, host, wwid))
+            undo.push(f"remove multipath map {made.name}", partial(dm.flush, host, made.name))
+            paths[lun] = made.path
     devices = [
         FabricDevice(
             host.name,
-            found[u.address].path,
+            paths[u.address],
             u.backing,
             u.subsystem,
             u.address,
-            found[u.address].size_bytes,
-            found[u.address].logical_block_size,
+            found[u.address][0].size_bytes,
+            found[u.address][0].logical_block_size,
             u.writable,
             u.destructive_ok,
             _loads(lab, export, u.backing),

@@ -232,3 +232,19 @@ def wait_for_luns(host: Host, iqn: str, luns: list[int], timeout_s: float = 60.0
         if len(found) == len(luns) or time.monotonic() > deadline:
             return found
         time.sleep(0.5)
+
+
+def wait_for_lun_paths(
+    host: Host, iqn: str, luns: list[int], sessions: int, timeout_s: float = 60.0
+) -> dict[int, list[LunDevice]]:
+    """Poll sysfs until every LUN of ``iqn`` has a disk with a size in each of ``sessions`` sessions (one per path);
+    return what was found (LUN -> its disks, in session order)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found: dict[int, list[LunDevice]] = {}
+        for device in sorted(lun_devices(host), key=lambda d: d.sid):
+            if device.iqn == iqn and device.size_bytes > 0 and device.lun in luns:
+                found.setdefault(device.lun, []).append(device)
+        if all(len(found.get(lun, [])) >= sessions for lun in luns) or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)

@@ -246,9 +246,13 @@ def _shown(value: str, setting: Setting) -> str:
 
 
 def _compare(
-    where: str, values: Mapping[str, str], settings: Iterable[Setting], expected: NvmePathSettings | IscsiPathSettings
+    where: str,
+    values: Mapping[str, str],
+    settings: Iterable[Setting],
+    expected: NvmePathSettings | IscsiPathSettings,
+    section: str | None = None,
 ) -> list[str]:
-    section = "nvme" if isinstance(expected, NvmePathSettings) else "iscsi"
+    section = section or ("nvme" if isinstance(expected, NvmePathSettings) else "iscsi")
     problems = []
     for setting in settings:
         want = getattr(expected, setting.key)
@@ -291,36 +295,46 @@ def nvme_problems(host: str, read: PathSettings, nqns: Sequence[str], expected: 
     return problems
 
 
-def iscsi_problems(host: str, read: PathSettings, iqns: Sequence[str], expected: IscsiPathSettings) -> list[str]:
-    """Every iSCSI/iSER setting of ``host`` that is not what the lab expects, for the sessions to ``iqns`` only."""
+def iscsi_problems(
+    host: str, read: PathSettings, iqns: Sequence[str], expected: IscsiPathSettings, section: str = "iscsi"
+) -> list[str]:
+    """Every iSCSI/iSER setting of ``host`` that is not what the lab expects, for the sessions to ``iqns`` only
+    (``section``: where in the lab's ``multipath`` the expected values come from, for the messages)."""
     problems = []
     sessions = [s for s in read.sessions if s.iqn in iqns]
     if not sessions and _checks_any(expected, SESSION_SETTINGS + CONNECTION_SETTINGS):
         problems.append(f"{host}: no iSCSI session to {', '.join(iqns)} is logged in: its settings cannot be read")
     for session in sessions:
-        problems += _compare(f"{host}: {session.name} of {session.iqn}", session.values, SESSION_SETTINGS, expected)
+        where = f"{host}: {session.name} of {session.iqn}"
+        problems += _compare(where, session.values, SESSION_SETTINGS, expected, section)
         if not session.connections and _checks_any(expected, CONNECTION_SETTINGS):
             problems.append(f"{host}: {session.name} of {session.iqn} has no connection: its settings cannot be read")
         for connection in session.connections:
             where = f"{host}: {connection.name} of {session.name} ({session.iqn})"
-            problems += _compare(where, connection.values, CONNECTION_SETTINGS, expected)
+            problems += _compare(where, connection.values, CONNECTION_SETTINGS, expected, section)
     return problems
 
 
 def path_settings_problems(
-    found: Mapping[str, PathSettings], subsystems: Sequence[str], family: str, expected: MultipathSettings
+    found: Mapping[str, PathSettings],
+    subsystems: Sequence[str],
+    family: str,
+    expected: MultipathSettings,
+    paths: int = 1,
 ) -> list[str]:
     """Every path setting on every initiator that is not what the lab expects, one sentence each naming the host,
     the controller or session and its subsystem, the setting, the value found and the value expected.
 
     ``found``: initiator -> what :func:`read_path_settings` read; ``subsystems``: the fabric's NQNs or IQN (any
-    other controller or session is ignored); ``family``: the protocol's, "nvme" or "scsi"."""
+    other controller or session is ignored); ``family``: the protocol's, "nvme" or "scsi"; ``paths``: how many
+    the target serves (over several, iSCSI sessions are dm-multipath's: :meth:`MultipathSettings.iscsi_for`)."""
     problems: list[str] = []
+    iscsi_expected, section = expected.iscsi_for(paths)
     for host, read in found.items():
         if family == "nvme":
             problems += nvme_problems(host, read, subsystems, expected.nvme)
         else:
-            problems += iscsi_problems(host, read, subsystems, expected.iscsi)
+            problems += iscsi_problems(host, read, subsystems, iscsi_expected, section)
     return problems
 
 
@@ -333,10 +347,11 @@ def path_settings_case(
     found: Mapping[str, PathSettings],
     problems: Sequence[str],
     expected: MultipathSettings,
+    paths: int = 1,
 ) -> Case:
     """The report's case: one check per initiator listing every value read (failed when a problem names the
     host), the problems as violations, and in ``extras["path_settings"]`` every value and what the lab expects."""
-    section = expected.nvme if family == "nvme" else expected.iscsi
+    section = expected.nvme if family == "nvme" else expected.iscsi_for(paths)[0]
     checks = tuple(
         Check(
             f"{host} path settings",

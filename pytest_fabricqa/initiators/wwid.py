@@ -20,10 +20,15 @@ from pytest_fabricqa.initiators.connect import FabricDevice
 from pytest_fabricqa.transport.base import Host
 
 # Fixed text: for each device argument, the device and its WWID (empty when the kernel shows none), tab-separated.
+# A dm-multipath map shows its paths' WWID: the one all of them show, or every distinct one comma-separated (paths
+# of different units in one map, which wwid_problems then names).
 WWID_SCRIPT = r"""
 for d in "$@"; do
   n=$(basename "$(readlink -f "$d")")
   w=$(cat "/sys/block/$n/wwid" 2>/dev/null || cat "/sys/block/$n/device/wwid" 2>/dev/null || true)
+  if [ -z "$w" ] && [ -d "/sys/block/$n/dm" ]; then
+    w=$(for s in /sys/block/"$n"/slaves/*; do cat "$s/device/wwid" 2>/dev/null; done | sort -u | paste -sd, -)
+  fi
   printf '%s\t%s\n' "$d" "$w"
 done
 """

@@ -133,11 +133,17 @@ class LioPlan:
     luns: tuple[LioLun, ...]
     acls: tuple[str, ...]  # initiator IQNs; empty means demo mode (generate_node_acls)
     cmdsn_depth: int | None = None  # the TPG's default_cmdsn_depth (LIO's 64 when None)
+    more_addresses: tuple[str, ...] = ()  # further portals on the same port, one more path each (``paths: all``)
 
     @property
     def portal(self) -> str:
-        """The portal's configfs name: ADDR:PORT, or [ADDR]:PORT for IPv6."""
+        """The first portal's configfs name: ADDR:PORT, or [ADDR]:PORT for IPv6."""
         return portal_name(self.address, self.port)
+
+    @property
+    def portals(self) -> tuple[str, ...]:
+        """Every portal's configfs name, one per path."""
+        return tuple(portal_name(a, self.port) for a in (self.address, *self.more_addresses))
 
 
 def plan_from_lab(lab: LabModel, model: TargetModel, protocol: str) -> LioPlan:
@@ -166,14 +172,16 @@ def plan_from_lab(lab: LabModel, model: TargetModel, protocol: str) -> LioPlan:
                 f"{iqn!r} is not an iSCSI qualified name",
                 "use iqn.yyyy-mm.reverse.domain:name, lower case",
             )
+    addresses = lab.target_addresses(model)
     return LioPlan(
         model.iscsi.iqn,
-        lab.target_address(model),
+        addresses[0],
         model.iscsi.port,
         protocol_spec(protocol).transport == "iser",
         tuple(luns),
         tuple(acls),
         cmdsn_depth=model.iscsi.cmdsn_depth,
+        more_addresses=addresses[1:],
     )
 
 
@@ -275,7 +283,9 @@ class LioTarget(ConfigfsTarget):
             ExportedUnit(plan.iqn, lun.lun, lun.backing, lun.path, lun.writable, lun.destructive_ok)
             for lun in plan.luns
         )
-        return Export(protocol, spec.transport, plan.address, plan.port, units, self.host.name)
+        return Export(
+            protocol, spec.transport, plan.address, plan.port, units, self.host.name, more_addresses=plan.more_addresses
+        )
 
     def _check(self, plan: LioPlan, snap: LioSnapshot) -> None:
         if plan.iqn in snap.targets:
@@ -384,20 +394,21 @@ class LioTarget(ConfigfsTarget):
                     remote.link, host, f"{ROOT}/core/{hbas[lun.lun]}/{lun.backstore}", f"{lun_dir}/{lun.backstore}"
                 ),
             )
-        portal = f"{tpg}/np/{plan.portal}"
-        self._step(
-            f"cannot open the iSCSI portal {plan.portal}",
-            partial(remote.mkdir, host, portal),
-            f"check that {plan.address} is an address of the target and TCP port {plan.port} is free "
-            f"({self.where}.iscsi.port)",
-        )
-        if plan.iser:
+        for name, address in zip(plan.portals, (plan.address, *plan.more_addresses), strict=True):
+            portal = f"{tpg}/np/{name}"
             self._step(
-                f"cannot switch on iSER on portal {plan.portal}",
-                partial(remote.write, host, f"{portal}/iser", "1"),
-                "check that ib_isert is loaded and an RDMA device (rxe or a NIC) sits on the portal's interface "
-                "(`rdma link`)",
+                f"cannot open the iSCSI portal {name}",
+                partial(remote.mkdir, host, portal),
+                f"check that {address} is an address of the target and TCP port {plan.port} is free "
+                f"({self.where}.iscsi.port)",
             )
+            if plan.iser:
+                self._step(
+                    f"cannot switch on iSER on portal {name}",
+                    partial(remote.write, host, f"{portal}/iser", "1"),
+                    "check that ib_isert is loaded and an RDMA device (rxe or a NIC) sits on the portal's "
+                    "interface (`rdma link`)",
+                )
         attrib = f"{tpg}/attrib"
         self._step("cannot switch off CHAP", partial(remote.write, host, f"{attrib}/authentication", "0"))
         if plan.cmdsn_depth is not None:

@@ -1,5 +1,5 @@
 #!/bin/sh
-# PID 1 of a fabricqa virtual-lab guest (no systemd, no udev).
+# PID 1 of a fabricqa virtual-lab guest (no systemd; udev only for dm-multipath, started late).
 #
 # The root file system is the image's initramfs, unpacked into RAM. This script and everything that differs
 # between guests (hostname, storage address, MTU, SSH keys, iSCSI initiator name) arrive as a tar file
@@ -111,6 +111,40 @@ if iscsid; then
     say "step=iscsid ok"
 else
     say "step=iscsid FAILED"
+fi
+
+# dm-multipath as a distribution runs it, for the SCSI targets that serve every path (targets[].paths: all): udev,
+# because multipath-tools takes only the disks udev has initialized (started without it, `multipath` finds "no
+# paths"), and multipathd. Only block devices are replayed through udev at boot: its network rules would rename
+# the NICs named above. The configuration is this lab's, as a host's administrator would write it:
+# - find_multipaths yes: a map only for a WWID seen over two paths (or one multipath already remembers), so the
+#   guests' own disks and a one-path fabric's LUNs stay plain disks;
+# - no_path_retry 3 with a 2 s check: once every path has failed, I/O is queued ~6 s, then fails -- the failover
+#   suite's long outage must see errors within its bound (LIO's built-in entry would queue 12 x 5 s).
+cat > /etc/multipath.conf <<'CONF'
+defaults {
+    user_friendly_names no
+    find_multipaths yes
+    polling_interval 2
+}
+overrides {
+    no_path_retry 3
+}
+CONF
+# multipathd forks before it checks anything, so it is asked whether it runs (it answers once it set up).
+multipath_up() {
+    multipathd || return 1
+    for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+        multipathd show daemon > /dev/null 2>&1 && return 0
+        sleep 0.5
+    done
+    return 1
+}
+if /lib/systemd/systemd-udevd --daemon && udevadm trigger --subsystem-match=block --action=add \
+    && udevadm settle --timeout=60 && multipath_up; then
+    say "step=multipathd ok"
+else
+    say "step=multipathd FAILED (is dm_multipath loaded?)"
 fi
 
 if /usr/sbin/sshd -E /var/log/sshd.log; then

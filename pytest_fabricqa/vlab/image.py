@@ -62,6 +62,8 @@ PACKAGES: tuple[str, ...] = (
     "jq",
     "e2fsprogs",
     "lvm2",
+    # dm-multipath for iSCSI and iSER over several paths (multipathd, with udev, which it needs to find paths).
+    "multipath-tools",
     *vendor.GUEST_PACKAGES,
 )
 
@@ -105,6 +107,10 @@ IMAGE_MODULES: tuple[str, ...] = (
     "ib_iser",
     "dm_mod",
     "dm_multipath",
+    "dm_service_time",  # multipath's path selectors: service-time is its default, the others settable
+    "dm_round_robin",
+    "dm_queue_length",
+    "scsi_dh_alua",  # the ALUA hardware handler multipath attaches to LIO's LUNs
     "ext4",
     "xfs",
     "bridge",

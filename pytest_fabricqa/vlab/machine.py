@@ -73,6 +73,7 @@ BOOT_MODULES: tuple[str, ...] = (
     "iscsi_tcp",
     "ib_iser",
     "dm_mod",
+    "dm_multipath",  # multipathd exits at once, silently, when this is not loaded
 )
 
 INIT_SCRIPT = Path(__file__).with_name("guest_init.sh")

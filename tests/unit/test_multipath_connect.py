@@ -9,10 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
-from fakes import ScriptedHost
+from fakes import Answer, ScriptedHost
 
-from pytest_fabricqa.initiators import iscsi, nvme
-from pytest_fabricqa.initiators.connect import connect_nvme, path_problems
+from pytest_fabricqa.initiators import connect, dm, iscsi, nvme
+from pytest_fabricqa.initiators.connect import connect_iscsi, connect_nvme, path_problems
 from pytest_fabricqa.lab import LabError, load_lab
 from pytest_fabricqa.targets.base import Export, ExportedUnit, ProvisionError, UndoStack
 
@@ -121,10 +121,10 @@ def test_one_iscsi_session_per_path() -> None:
 def test_paths_all_is_refused_where_it_is_not_built_yet(tmp_path: Path) -> None:
     text = (LABS / "vlab.yaml").read_text()
     path = tmp_path / "lab.yaml"
-    path.write_text(text.replace("    iscsi:\n      iqn: iqn.2026-11.io.fabricqa:vstor\n", "    paths: all\n    iscsi:\n"
-                                 "      iqn: iqn.2026-11.io.fabricqa:vstor\n", 1))  # fmt: skip
+    scst = "    scst: {daemon: start, queued_commands: 128}\n"
+    path.write_text(text.replace(scst, "    paths: all\n" + scst, 1))
     with pytest.raises(
-        LabError, match=r"targets\[1\]\.paths: paths: all .* for nvmet and spdk targets so far, not lio \(dm-multipath"
+        LabError, match=r"targets\[3\]\.paths: paths: all .* for nvmet, spdk and lio targets so far, not scst"
     ):
         load_lab(path)
 
@@ -133,7 +133,8 @@ def test_the_lab_names_every_path_and_each_initiators_port_on_it() -> None:
     lab = load_lab(LABS / "vlab.yaml")
     assert lab.target_addresses(lab.target_for("nvme-tcp", "nvmet")) == ("10.10.10.19", "10.10.20.19")
     assert lab.target_addresses(lab.target_for("nvme-tcp", "spdk")) == ("10.10.10.19",)  # paths: first here
-    assert lab.target_addresses(lab.target_for("iscsi", "lio")) == ("10.10.10.19",)
+    assert lab.target_addresses(lab.target_for("iscsi", "lio")) == ("10.10.10.19", "10.10.20.19")
+    assert lab.target_addresses(lab.target_for("iscsi", "tgt")) == ("10.10.10.19",)
     assert lab.local_port("vnode2", "10.10.20.19") == "10.10.20.18"
     assert lab.local_port("vnode2", "10.10.30.19") is None
 
@@ -150,3 +151,93 @@ def test_the_recorded_two_path_connection_passes_the_path_check_and_one_path_les
     assert path_problems("vnode1", two, controllers, []) == []
     (problem,) = path_problems("vnode1", two, [c for c in controllers if c.name != "nvme3"], [])
     assert "vlab-nvme0 is reached over 1 path(s) (10.10.10.19)" in problem
+
+
+# -- iSCSI over several portals: dm-multipath ---------------------------------------------------------------------
+
+WWID = "36001405e1c2a0b5d9a34cdd8e0f1a2b3"
+SCSI_TWO = Export(
+    "iscsi", "tcp", "10.10.10.19", 3260, (ExportedUnit(IQN, 0, "ram0", "/dev/ram0"),), "vstor",
+    more_addresses=("10.10.20.19",),
+)  # fmt: skip
+
+
+class ScsiMultipathHost(ScriptedHost):
+    """An initiator whose logins add a session (and a disk of LUN 0) per portal, and whose multipathd makes a map
+    of the disks once there are two (``mapped``), as vnode1 showed it on 2026-12-02: sda and sdb held by dm-0."""
+
+    def __init__(self, mapped: bool = True, remembered: str = "") -> None:
+        super().__init__("vnode1")
+        self.mapped = mapped
+        self.remembered = remembered
+        self.portals: list[str] = []
+
+    def answer(self, argv: tuple[str, ...]) -> Answer:
+        if argv[:3] == ("iscsiadm", "-m", "discovery"):
+            return f"{argv[argv.index('-p') + 1]},1 {IQN}\n"
+        if argv[:3] == ("iscsiadm", "-m", "session"):
+            if not self.portals:
+                return (21, "", "iscsiadm: No active sessions.")
+            return "".join(f"tcp: [{4 + i}] {p},1 {IQN} (non-flash)\n" for i, p in enumerate(self.portals))
+        if argv[:3] == ("iscsiadm", "-m", "node") and "--login" in argv:
+            self.portals.append(argv[argv.index("-p") + 1])
+            return ""
+        if argv[:2] == ("sh", "-c") and argv[2] == iscsi.SYSFS_SCRIPT:
+            return "".join(
+                f"S\t{4 + i}\t{IQN}\tLOGGED_IN\nD\t{4 + i}\t{i}:0:0:0\tsd{'ab'[i]}\t1048576\t512\n"
+                for i in range(len(self.portals))
+            )
+        if argv[:2] == ("sh", "-c") and argv[2] == dm.HOLDERS_SCRIPT:
+            if not self.mapped or len(self.portals) < 2:
+                return ""
+            return "".join(f"{disk}\tdm-0\t{WWID}\n" for disk in argv[4:])
+        if argv[:2] == ("sh", "-c") and dm.WWIDS_FILE in argv[2]:
+            return self.remembered
+        if argv == ("cat", "/sys/block/dm-0/dm/uuid"):
+            return f"mpath-{WWID}\n"
+        return ""
+
+
+def test_a_lun_over_two_portals_is_used_through_the_map_multipathd_made_of_its_two_disks() -> None:
+    lab = load_lab(LABS / "vlab.yaml")
+    host, undo = ScsiMultipathHost(), UndoStack()
+    (device,) = connect_iscsi(lab, lab.target_for("iscsi", "lio"), SCSI_TWO, host, undo).devices
+    assert host.portals == ["10.10.10.19:3260", "10.10.20.19:3260"]
+    assert device.path == f"/dev/mapper/{WWID}" and device.size_bytes == 1048576 * 512
+    # Undone in this order: the map, the WWID multipathd remembered for it (it was not there before), the logins.
+    host.remembered = f"/{WWID}/\n"
+    ran = len(host.commands)
+    assert undo.unwind() == []
+    undone = [c for c in host.commands[ran:] if c[0] == "multipath" or "--logout" in c]
+    assert undone == [
+        ("multipath", "-f", WWID), ("multipath", "-w", WWID),
+        ("iscsiadm", "-m", "node", "-T", IQN, "-p", "10.10.20.19:3260", "--logout"),
+        ("iscsiadm", "-m", "node", "-T", IQN, "-p", "10.10.10.19:3260", "--logout"),
+    ]  # fmt: skip
+
+
+def test_a_wwid_multipath_remembered_before_the_login_is_left_remembered() -> None:
+    lab = load_lab(LABS / "vlab.yaml")
+    host, undo = ScsiMultipathHost(remembered=f"# Valid WWIDs:\n/{WWID}/\n"), UndoStack()
+    connect_iscsi(lab, lab.target_for("iscsi", "lio"), SCSI_TWO, host, undo)
+    undo.unwind()
+    assert ("multipath", "-f", WWID) in host.commands and ("multipath", "-w", WWID) not in host.commands
+
+
+def test_two_disks_of_one_lun_that_no_map_holds_stop_the_connect_naming_both(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(connect, "DEVICE_TIMEOUT_S", 0.0)
+    lab = load_lab(LABS / "vlab.yaml")
+    with pytest.raises(ProvisionError, match=r"LUN 0 of .* shows as 2 disks \(sda, sdb\), one per path, and no "
+                       r"multipath map holds them") as raised:  # fmt: skip
+        connect_iscsi(lab, lab.target_for("iscsi", "lio"), SCSI_TWO, ScsiMultipathHost(mapped=False), UndoStack())
+    assert "run multipathd (multipath-tools)" in str(raised.value)
+
+
+def test_the_holders_listing_names_a_map_only_when_it_holds_every_disk() -> None:
+    holders = dm.parse_holders(f"sda\tdm-0\t{WWID}\nsdb\tdm-0\t{WWID}\nsdc\tdm-1\tother\n")
+    assert dm.map_of(holders, ["sda", "sdb"]) == dm.Map("dm-0", WWID, ("sda", "sdb"))
+    assert dm.map_of(holders, ["sda", "sdc"]) is None  # held apart
+    assert dm.map_of(holders, ["sda", "sdd"]) is None  # one not held yet
+    assert dm.parse_wwids_file(f"# Valid WWIDs:\n/{WWID}/\n#/{'3' * 10}/\n") == {WWID}

@@ -531,6 +531,30 @@ def test_the_active_path_is_the_one_that_completes_io_read_for_real_on_stat_file
     assert outage.parse_active_path("nvme1c0n1\t0\ttraddr=10.10.10.19 \n") is None  # nothing moved: no answer
 
 
+def test_the_active_path_of_a_dm_multipath_map_is_the_disk_whose_session_completes_io(tmp_path: Path) -> None:
+    """ACTIVE_PATH run for real on a sysfs layout as vnode1 showed it (2026-12-02): the map dm-0 holds sda (session
+    4, to 10.10.10.19) and sdb (session 5, to 10.10.20.19); only sda completes I/O during the sample."""
+    block, connections = tmp_path / "block", tmp_path / "iscsi_connection"
+    for disk, session, address in (("sda", 4, "10.10.10.19"), ("sdb", 5, "10.10.20.19")):
+        (block / "dm-0" / "slaves" / disk).mkdir(parents=True)
+        scsi = tmp_path / "devices" / "platform" / "host0" / f"session{session}" / "target0:0:0" / "0:0:0:0"
+        scsi.mkdir(parents=True)
+        (block / disk).mkdir()
+        (block / disk / "device").symlink_to(scsi)
+        (block / disk / "stat").write_text(stat_line(100, 200))
+        (connections / f"connection{session}:0").mkdir(parents=True)
+        (connections / f"connection{session}:0" / "persistent_address").write_text(f"{address}\n")
+        (connections / f"connection{session}:0" / "persistent_port").write_text("3260\n")
+    (tmp_path / "mapper").mkdir()
+    (tmp_path / "mapper" / "36001405").symlink_to(block / "dm-0")
+    argv = ["sh", "-c", outage.ACTIVE_PATH, "sh", str(tmp_path / "mapper" / "36001405"), "2", str(block)]
+    sampling = subprocess.Popen([*argv, str(connections)], stdout=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    (block / "sda" / "stat").write_text(stat_line(130, 200))
+    out, _ = sampling.communicate(timeout=60)
+    assert outage.parse_active_path(out) == ("sda", "10.10.10.19")
+
+
 def test_the_one_path_outage_takes_down_the_port_of_the_active_path() -> None:
     class Host(ScriptedHost):
         def answer(self, argv: tuple[str, ...]) -> Answer:

@@ -238,6 +238,20 @@ def test_a_session_whose_recovery_tmo_differs_fails_and_names_it() -> None:
     ]
 
 
+def test_sessions_of_a_target_on_several_paths_are_held_to_what_dm_multipath_sets() -> None:
+    """multipathd wrote recovery_tmo 5 (its fast_io_fail_tmo) on the sessions of LIO's two paths (vnode1,
+    2026-12-02): right there, wrong for a one-path target, and the message names the section it came from."""
+    read = _recorded("iscsi-lio.vnode1")
+    session = read.sessions[0]
+    multipathed = replace(read, sessions=(replace(session, values={"recovery_tmo": "5"}),))
+    assert path_settings_problems({"vnode1": multipathed}, (IQN,), "scsi", VLAB, paths=2) == []
+    assert path_settings_problems({"vnode1": multipathed}, (IQN,), "scsi", VLAB, paths=1) != []
+    assert path_settings_problems({"vnode1": read}, (IQN,), "scsi", VLAB, paths=2) == [
+        f"vnode1: session3 of {IQN}: recovery_tmo (replacement_timeout) is 120 s, expected 5 s "
+        "(multipath.iscsi_dm.recovery_tmo_s)"
+    ]
+
+
 def test_nothing_of_the_fabric_to_read_fails_only_when_something_is_expected() -> None:
     nvme = {"vnode1": _recorded("nvme-tcp-nvmet.vnode1")}
     assert path_settings_problems(nvme, (IQN,), "scsi", VLAB) == [
