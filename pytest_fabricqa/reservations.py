@@ -99,6 +99,10 @@ class ReservationState:
 #                       "  PR generation=0x0, there are NO registered reservation keys\n"
 # sg_persist -n -i -r:  "  PR generation=0x3, Reservation follows:\n    Key=0x1\n    scope: LU_SCOPE,  type: Write Exclusive\n"
 #                       "  PR generation=0x3, there is NO reservation held\n"
+# mpathpersist (multipath-tools 0.9.4, vnode1 2026-12-02) -i -k: "  PR generation=0x4, \t4 registered reservation
+# keys follow:\n    0x111\n    0x111\n    0x222\n    0x222\n" (a key per path), "  PR generation=0x5, \t0 registered
+# reservation key.\n"; -i -r: "  PR generation=0x4, Reservation follows:\n   Key = 0x111\n  scope = LU_SCOPE, type =
+# Write Exclusive\n", "  PR generation=0x5, there is NO reservation held \n".
 _GENERATION = re.compile(r"PR generation=(0x[0-9a-fA-F]+)")
 _KEY_LINE = re.compile(r"^\s*(0x[0-9a-fA-F]+)\s*$")
 _HOLDER = re.compile(r"Key\s*=\s*(0x[0-9a-fA-F]+)")
@@ -113,12 +117,13 @@ def _generation(text: str, what: str) -> int:
 
 
 def parse_sg_read_keys(text: str) -> tuple[int, tuple[int, ...]]:
-    """``sg_persist --in --read-keys`` -> (generation, registered keys in the order listed)."""
+    """``sg_persist --in --read-keys`` (or ``mpathpersist``'s) -> (generation, registered keys in the order listed,
+    each once: mpathpersist lists a key once per path it was registered over)."""
     generation = _generation(text, "--read-keys")
     if "NO registered reservation keys" in text:
         return generation, ()
     after = text[text.index("PR generation=") :].splitlines()[1:]
-    return generation, tuple(int(m.group(1), 16) for m in map(_KEY_LINE.match, after) if m)
+    return generation, tuple(dict.fromkeys(int(m.group(1), 16) for m in map(_KEY_LINE.match, after) if m))
 
 
 def parse_sg_read_reservation(text: str) -> tuple[int, int | None, str]:
@@ -166,11 +171,24 @@ class Reservations(Protocol):
     def report(self, host: Host, path: str) -> ReservationState: ...
 
 
+def scsi_argv(path: str, direction: str, *args: str) -> list[str]:
+    """The PR command for a SCSI device: ``sg_persist`` on a disk; multipath-tools' ``mpathpersist`` on a
+    dm-multipath map, which sends a registration down every path of the map (each path is an I_T nexus of its own:
+    sg_persist on a map registered the path it happened to use, the others' writes then met a reservation conflict,
+    and its CLEAR could leave a reservation behind). mpathpersist's preempt and clear need multipathd to know the
+    key: the host's multipath.conf says ``reservation_key file``, as for any cluster on dm-multipath.
+    ``direction``: ``--in`` or ``--out``."""
+    if path.startswith("/dev/mapper/"):
+        return ["mpathpersist", direction, *args, path]
+    return ["sg_persist", direction, "--no-inquiry", *args, path]
+
+
 class ScsiReservations:
-    """SCSI-3 persistent reservations with sg3_utils' ``sg_persist`` (iSCSI, iSER)."""
+    """SCSI-3 persistent reservations with sg3_utils' ``sg_persist`` (iSCSI, iSER), or ``mpathpersist`` on a
+    dm-multipath map (:func:`scsi_argv`); both print alike."""
 
     def _out(self, host: Host, path: str, *args: str) -> None:
-        host.run(["sg_persist", "--out", "--no-inquiry", *args, path], timeout=60)
+        host.run(scsi_argv(path, "--out", *args), timeout=60)
 
     def register(self, host: Host, path: str, key: int) -> None:
         """PROUT REGISTER ``key`` for this initiator's I_T nexus."""
@@ -197,11 +215,9 @@ class ScsiReservations:
 
     def report(self, host: Host, path: str) -> ReservationState:
         """PRIN READ KEYS and READ RESERVATION."""
-        generation, keys = parse_sg_read_keys(
-            host.run(["sg_persist", "--in", "--no-inquiry", "--read-keys", path], timeout=60).stdout
-        )
+        generation, keys = parse_sg_read_keys(host.run(scsi_argv(path, "--in", "--read-keys"), timeout=60).stdout)
         _, holder, kind = parse_sg_read_reservation(
-            host.run(["sg_persist", "--in", "--no-inquiry", "--read-reservation", path], timeout=60).stdout
+            host.run(scsi_argv(path, "--in", "--read-reservation"), timeout=60).stdout
         )
         return ReservationState(generation, keys, holder, kind)
 

@@ -21,3 +21,16 @@ def vlab_kernel_text() -> str:
     text = VLAB_FILE.read_text()
     start, end = text.index(MORE_TARGETS), text.index("\nvlab:\n")
     return text[:start] + text[end:]
+
+
+LIO_PATHS = "    paths: all\n    devices: *devices\n"
+
+
+def vlab_kernel_text_as(kind_lines: str) -> str:
+    """:func:`vlab_kernel_text` with its LIO entry made another SCSI kind (``kind_lines`` replaces
+    ``  - kind: lio\\n``) serving one path, as SCST and tgt do (same line numbers)."""
+    text = vlab_kernel_text()
+    assert LIO_PATHS in text
+    return text.replace(LIO_PATHS, "    paths: first\n    devices: *devices\n", 1).replace(
+        "  - kind: lio\n", kind_lines
+    )

@@ -120,12 +120,15 @@ fi
 # - find_multipaths yes: a map only for a WWID seen over two paths (or one multipath already remembers), so the
 #   guests' own disks and a one-path fabric's LUNs stay plain disks;
 # - no_path_retry 3 with a 2 s check: once every path has failed, I/O is queued ~6 s, then fails -- the failover
-#   suite's long outage must see errors within its bound (LIO's built-in entry would queue 12 x 5 s).
+#   suite's long outage must see errors within its bound (LIO's built-in entry would queue 12 x 5 s);
+# - reservation_key file: mpathpersist records each map's key, as a cluster's nodes on dm-multipath must (without
+#   it multipathd refuses mpathpersist's preempt: "configured reservation key doesn't match").
 cat > /etc/multipath.conf <<'CONF'
 defaults {
     user_friendly_names no
     find_multipaths yes
     polling_interval 2
+    reservation_key file
 }
 overrides {
     no_path_retry 3

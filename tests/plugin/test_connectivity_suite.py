@@ -39,6 +39,7 @@ import pytest
 
 class FakeExport:
     subsystems = ("{NQN}",)
+    addresses = ("10.10.10.19",)
 
 
 class FakeFabric:

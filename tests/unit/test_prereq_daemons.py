@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from labfiles import vlab_kernel_text
+from labfiles import vlab_kernel_text_as
 
 from pytest_fabricqa.lab import load_lab
 from pytest_fabricqa.prereq import DAEMON_SCRIPT, TargetDaemon, daemon_problem, target_daemon
@@ -60,7 +60,7 @@ def test_which_kinds_have_a_daemon(tmp_path: Path) -> None:
     assert target_daemon(seed.targets[0], 0) == TargetDaemon(
         "scst", "iscsi-scstd", "iscsi-scstd", False, "targets[0].scst"
     )
-    text = vlab_kernel_text().replace("  - kind: lio\n", "  - kind: tgt\n    tgt: {daemon: start}\n")
+    text = vlab_kernel_text_as("  - kind: tgt\n    tgt: {daemon: start}\n")
     (tmp_path / "lab.yaml").write_text(text)
     lab = load_lab(tmp_path / "lab.yaml")
     assert target_daemon(lab.targets[1], 1) == TargetDaemon("tgt", "tgtd", "tgtd", True, "targets[1].tgt")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from fakes import ScriptedHost
-from labfiles import vlab_kernel_text
+from labfiles import vlab_kernel_text, vlab_kernel_text_as
 
 from pytest_fabricqa.lab import load_lab
 from pytest_fabricqa.provision import FabricDevice, ProvisionError, _one_line
@@ -56,8 +56,8 @@ def test_registry_loads_each_driver_lazily() -> None:
 
 
 def test_external_target_describes_without_provisioning(tmp_path: Path) -> None:
-    text = vlab_kernel_text().replace(
-        "  - kind: lio\n    host: vstor\n", "  - kind: external\n    address: 10.10.10.50\n"
+    text = vlab_kernel_text_as("  - kind: external\n").replace(
+        "    host: vstor\n    protocols: [iscsi, iser]", "    address: 10.10.10.50\n    protocols: [iscsi, iser]", 1
     )
     (tmp_path / "lab.yaml").write_text(text)
     lab = load_lab(tmp_path / "lab.yaml")

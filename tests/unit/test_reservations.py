@@ -21,6 +21,7 @@ from pytest_fabricqa.reservations import (
     parse_sg_read_reservation,
     reservation_case,
     reservation_key,
+    scsi_argv,
     unsupported,
 )
 from pytest_fabricqa.targets.base import UndoStack
@@ -183,3 +184,17 @@ def test_real_sg_persist_output_from_lio_in_the_virtual_lab_parses() -> None:
     assert parse_sg_read_keys((DATA / "sg_persist-read-keys-one.txt").read_text()) == (3, (KB,))
     held = parse_sg_read_reservation((DATA / "sg_persist-read-reservation-held.txt").read_text())
     assert held == (3, KB, "Write Exclusive")
+
+
+def test_a_dm_multipath_map_is_reserved_with_mpathpersist_whose_per_path_keys_read_once() -> None:
+    """sg_persist on a map registers the one path it goes down; mpathpersist registers every path, and lists each
+    key once per path (recorded on vnode1, see the data's README)."""
+    assert scsi_argv("/dev/mapper/3600140", "--in", "--read-keys") == [
+        "mpathpersist", "--in", "--read-keys", "/dev/mapper/3600140"
+    ]  # fmt: skip
+    assert scsi_argv("/dev/sdc", "--in", "--read-keys")[:3] == ["sg_persist", "--in", "--no-inquiry"]
+    assert parse_sg_read_keys((DATA / "mpathpersist-read-keys-two.txt").read_text()) == (4, (0x111, 0x222))
+    assert parse_sg_read_keys((DATA / "mpathpersist-read-keys-none.txt").read_text()) == (5, ())
+    held = parse_sg_read_reservation((DATA / "mpathpersist-read-reservation-held.txt").read_text())
+    assert held == (4, 0x111, "Write Exclusive")
+    assert parse_sg_read_reservation((DATA / "mpathpersist-read-reservation-none.txt").read_text()) == (5, None, "")

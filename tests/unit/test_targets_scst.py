@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from fakes import Answer, ScriptedHost
-from labfiles import vlab_kernel_text
+from labfiles import vlab_kernel_text_as
 
 from pytest_fabricqa.lab import LabError, LabModel, load_lab
 from pytest_fabricqa.targets import load_target
@@ -194,7 +194,7 @@ def _seed() -> LabModel:
 
 def _vlab(tmp_path: Path, scst: str = "") -> LabModel:
     """labs/vlab.yaml with its LIO target made an SCST target (and ``scst`` settings)."""
-    text = vlab_kernel_text().replace("  - kind: lio\n", "  - kind: scst\n")
+    text = vlab_kernel_text_as("  - kind: scst\n")
     if scst:
         text = text.replace("      luns: [ram0, nvme0]\n", f"      luns: [ram0, nvme0]\n    scst: {scst}\n")
     (tmp_path / "lab.yaml").write_text(text)
@@ -369,7 +369,7 @@ def test_a_switched_off_driver_holding_foreign_targets_is_not_switched_on(tmp_pa
 
 
 def test_vdisk_blockio_on_a_file_says_which_key_to_change(tmp_path: Path) -> None:
-    text = vlab_kernel_text().replace("  - kind: lio\n", "  - kind: scst\n").replace("/dev/ram0", "/home/disk01")
+    text = vlab_kernel_text_as("  - kind: scst\n").replace("/dev/ram0", "/home/disk01")
     (tmp_path / "lab.yaml").write_text(text)
     with pytest.raises(ProvisionError) as info:
         _target(load_lab(tmp_path / "lab.yaml"), FakeScst(), "iscsi").provision("iscsi", UndoStack())
@@ -422,7 +422,7 @@ def test_scst_settings_are_validated_with_file_key_and_line(tmp_path: Path) -> N
 
 
 def test_scst_device_names_must_be_sysfs_safe(tmp_path: Path) -> None:
-    text = vlab_kernel_text().replace("  - kind: lio\n", "  - kind: scst\n    name_prefix: 'my qa'\n")
+    text = vlab_kernel_text_as("  - kind: scst\n    name_prefix: 'my qa'\n")
     (tmp_path / "lab.yaml").write_text(text)
     with pytest.raises(ProvisionError, match=r"^vstor: SCST device name 'my qa_ram0' .* is not valid; use letters"):
         _target(load_lab(tmp_path / "lab.yaml"), FakeScst(), "iscsi").provision("iscsi", UndoStack())

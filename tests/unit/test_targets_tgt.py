@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from fakes import Answer, ScriptedHost
-from labfiles import vlab_kernel_text
+from labfiles import vlab_kernel_text, vlab_kernel_text_as
 
 from pytest_fabricqa.lab import LabModel, load_lab
 from pytest_fabricqa.targets import load_target
@@ -205,7 +205,7 @@ class FakeTgtd(ScriptedHost):
 
 def _lab(tmp_path: Path, tgt: str = "", acls: bool = True) -> LabModel:
     """labs/vlab.yaml with its LIO target made a tgt target (and ``tgt`` settings)."""
-    text = vlab_kernel_text().replace("  - kind: lio\n", "  - kind: tgt\n")
+    text = vlab_kernel_text_as("  - kind: tgt\n")
     if tgt:
         text = text.replace("      luns: [ram0, nvme0]\n", f"      luns: [ram0, nvme0]\n    tgt: {tgt}\n")
     if not acls:
@@ -518,7 +518,7 @@ def test_the_sessions_clean_up_and_leftovers_gate_cover_tgt(tmp_path: Path) -> N
     """provision.cleanup_stale (every connect) and provision.leftovers (the session's gate) reach tgt targets."""
     from pytest_fabricqa import provision
 
-    text = vlab_kernel_text().replace("  - kind: lio\n", "  - kind: tgt\n")
+    text = vlab_kernel_text_as("  - kind: tgt\n")
     text = text.replace("protocols: [nvme-tcp, nvme-rdma, iscsi, iser]", "protocols: [iscsi, iser]")
     start, end = text.index("  - kind: nvmet\n"), text.index("  - kind: tgt\n")
     (tmp_path / "lab.yaml").write_text(
