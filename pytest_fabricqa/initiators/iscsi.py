@@ -223,17 +223,6 @@ def lun_devices(host: Host) -> list[LunDevice]:
     return parse_sysfs(host.run(["sh", "-c", SYSFS_SCRIPT]).stdout)
 
 
-def wait_for_luns(host: Host, iqn: str, luns: list[int], timeout_s: float = 60.0) -> dict[int, LunDevice]:
-    """Poll sysfs until every LUN of ``iqn`` has a disk with a size; return what was found (LUN -> device)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        by_lun = {d.lun: d for d in lun_devices(host) if d.iqn == iqn and d.size_bytes > 0}
-        found = {lun: by_lun[lun] for lun in luns if lun in by_lun}
-        if len(found) == len(luns) or time.monotonic() > deadline:
-            return found
-        time.sleep(0.5)
-
-
 def wait_for_lun_paths(
     host: Host, iqn: str, luns: list[int], sessions: int, timeout_s: float = 60.0
 ) -> dict[int, list[LunDevice]]:

@@ -59,7 +59,7 @@ KILL_CHILD = textwrap.dedent(
         remote.link = stall(remote.link)
     else:                              # initiators connected, waiting for their block devices
         nvme.wait_for_namespaces = stall(nvme.wait_for_namespaces)
-        iscsi.wait_for_luns = stall(iscsi.wait_for_luns)
+        iscsi.wait_for_lun_paths = stall(iscsi.wait_for_lun_paths)
     connect_fabric(lab, args["protocol"], hosts)
     print("FINISHED", flush=True)
     """
