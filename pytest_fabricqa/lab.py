@@ -363,8 +363,9 @@ class TargetModel(_Model):
     paths: Literal["first", "all"] = "first"
     """Which of its host's storage ports the target serves on: ``first`` (one path), or ``all``: a listener on
     every storage port of the host, and every initiator connects over each (from its own port in the same
-    subnet), so the kernel's native NVMe multipath sees every namespace through one controller per path. ``all``
-    is nvmet's and SPDK's for now (a listener per path); dm-multipath for iSCSI and iSER is the next step."""
+    subnet), so the kernel's native NVMe multipath sees every namespace through one controller per path, and
+    multipathd makes one dm-multipath map of each iSCSI/iSER LUN's disks. ``all`` is nvmet's, SPDK's (a listener
+    per path) and LIO's (a portal per path) for now."""
     name_prefix: str = "fabricqa"
 
     @field_validator("kind")
