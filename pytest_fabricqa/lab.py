@@ -634,13 +634,23 @@ class IscsiPathSettings(_Model):
         return _seconds(value, off=False)
 
 
+class DmSettings(_Model):
+    """What dm-multipath's maps of a target served over several paths show (iSCSI, iSER): checked with the other
+    path settings. multipathd must run and each map hold one active path per target portal whatever is set here."""
+
+    queue_if_no_path: bool | None = None
+    """Whether each map queues I/O once every path has failed (the table's ``queue_if_no_path`` feature, which
+    multipath sets for a ``no_path_retry`` of ``queue`` or a number, and drops for ``fail``). None: not checked."""
+
+
 class MultipathSettings(_Model):
     """The path settings every initiator should show while a fabric is connected: what decides whether a lost
     path stalls I/O, fails it or sends it down another path (the connectivity suite reads them, never sets them).
-    dm-multipath's own settings (multipathd running, no_path_retry) are not covered yet."""
+    dm-multipath's maps: ``dm``."""
 
     nvme: NvmePathSettings = NvmePathSettings()
     iscsi: IscsiPathSettings = IscsiPathSettings()
+    dm: DmSettings = DmSettings()
     iscsi_dm: IscsiPathSettings = IscsiPathSettings()
     """The same keys for the sessions of a target served over several paths (``paths: all``), whose LUNs
     dm-multipath maps: multipathd writes each path's session ``recovery_tmo`` from its own ``fast_io_fail_tmo``

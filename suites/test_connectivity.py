@@ -17,7 +17,7 @@ import pytest
 
 from pytest_fabricqa.fanout import each
 from pytest_fabricqa.fio.parse import FioOutputError, parse_fio_output
-from pytest_fabricqa.initiators import iscsi, nvme
+from pytest_fabricqa.initiators import dm, iscsi, nvme
 from pytest_fabricqa.initiators.connect import path_problems
 from pytest_fabricqa.initiators.paths import path_settings_case, path_settings_problems, read_everywhere
 from pytest_fabricqa.initiators.wwid import read_wwids, wwid_problems
@@ -123,6 +123,9 @@ def test_path_settings_are_what_the_lab_expects(
     found, problems = read_everywhere(hosts, fabric.export.subsystems)
     paths = len(fabric.export.addresses)
     problems += path_settings_problems(found, fabric.export.subsystems, family, fabric.lab.multipath, paths)
+    if family == "scsi" and paths > 1:  # the LUNs are dm-multipath maps: multipathd and each map's paths
+        names = {h.name: [d.path for d in fabric.devices_on(h.name)] for h in hosts}
+        problems += dm.problems_everywhere(hosts, names, paths, fabric.lab.multipath.dm.queue_if_no_path)
     case = path_settings_case(request.node.nodeid, f"{protocol}-{fabric.target}-path-settings", protocol,
                               fabric.target, family, found, problems, fabric.lab.multipath, paths)  # fmt: skip
     fabricqa_report.record(case, request)

@@ -13,9 +13,10 @@ left as it was found.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from pytest_fabricqa.fanout import each
 from pytest_fabricqa.transport.base import Host
 
 WWIDS_FILE = "/etc/multipath/wwids"
@@ -105,3 +106,129 @@ def forget(host: Host, wwid: str) -> None:
     """Take ``wwid`` out of multipath's remembered WWIDs (nothing to do when it is not there)."""
     if wwid in remembered(host):
         host.run(["multipath", "-w", wwid], timeout=60)
+
+
+# -- what the connectivity suite checks of the maps ---------------------------------------------------------------
+
+# Fixed text: whether multipathd answers, then each map named in "$@" as device-mapper holds it (table, status).
+MAPS_SCRIPT = r"""
+printf 'daemon\t%s\n' "$(multipathd show daemon 2>/dev/null | head -n 1)"
+for m in "$@"; do
+  printf 'map\t%s\t%s\t%s\n' "$m" "$(dmsetup table "$m" 2>/dev/null)" "$(dmsetup status "$m" 2>/dev/null)"
+done
+exit 0
+"""
+
+
+@dataclass(frozen=True)
+class MapState:
+    """One multipath map as device-mapper holds it."""
+
+    name: str
+    features: tuple[str, ...]
+    """The table's features (``queue_if_no_path`` while multipath queues I/O with no path left)."""
+    paths: tuple[str, ...]
+    """Every path (major:minor) in the table."""
+    active: tuple[str, ...]
+    """The paths the status shows active (``A``)."""
+
+
+def parse_table(table: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A ``multipath`` target's table line -> (features, paths). Layout (the kernel's dm-mpath): start, length,
+    ``multipath``, #features, features, #handler args, handler args, #groups, first group, then per group its
+    selector, #selector args, selector args, #paths, #path args, and per path its device and path args."""
+    words = table.split()
+    if len(words) < 3 or words[2] != "multipath":
+        return (), ()
+    at = 3
+
+    def take(n: int) -> list[str]:
+        nonlocal at
+        out = words[at : at + n]
+        at += n
+        return out
+
+    def count() -> int:
+        (word,) = take(1)
+        return int(word)
+
+    features = tuple(take(count()))
+    take(count())  # hardware handler
+    groups = count()
+    take(1)  # the first group to use
+    paths: list[str] = []
+    for _ in range(groups):
+        take(1)  # selector
+        take(count())
+        npaths, nargs = count(), count()
+        for _ in range(npaths):
+            (device,) = take(1)
+            paths.append(device)
+            take(nargs)
+    return features, tuple(paths)
+
+
+def parse_maps(text: str) -> tuple[str, dict[str, MapState]]:
+    """:data:`MAPS_SCRIPT` output -> (multipathd's answer, empty when it does not run; map name -> state)."""
+    daemon, maps = "", {}
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if parts[0] == "daemon":
+            daemon = parts[1].strip() if len(parts) > 1 else ""
+        elif parts[0] == "map" and len(parts) >= 4:
+            try:
+                features, paths = parse_table(parts[2])
+            except (ValueError, IndexError):
+                features, paths = (), ()
+            status = parts[3].split()
+            active = tuple(w for i, w in enumerate(status[:-1]) if w in paths and status[i + 1] == "A")
+            maps[parts[1]] = MapState(parts[1], features, paths, active)
+    return daemon, maps
+
+
+def read_maps(host: Host, names: Iterable[str]) -> tuple[str, dict[str, MapState]]:
+    """multipathd's answer and the state of the maps ``names`` on ``host``, in one command."""
+    return parse_maps(host.run(["sh", "-c", MAPS_SCRIPT, "sh", *names]).stdout)
+
+
+def map_problems(
+    host: str, daemon: str, maps: dict[str, MapState], names: Iterable[str], paths: int, queue: bool | None
+) -> list[str]:
+    """Whether multipathd runs on ``host`` and each map of ``names`` holds ``paths`` paths, every one active, and
+    queues with no path left as the lab expects (``queue``: None, not checked). One sentence per problem."""
+    problems = []
+    if not daemon:
+        problems.append(f"{host}: multipathd does not answer (multipathd show daemon): no path comes back by itself")
+    for name in names:
+        state = maps.get(name)
+        if state is None or not state.paths:
+            problems.append(f"{host}: the multipath map {name} is not there")
+            continue
+        if len(state.paths) != paths or len(state.active) != paths:
+            problems.append(
+                f"{host}: the multipath map {name} holds {len(state.paths)} path(s), {len(state.active)} active; "
+                f"the target serves {paths}"
+            )
+        queues = "queue_if_no_path" in state.features
+        if queue is not None and queues != queue:
+            problems.append(
+                f"{host}: the multipath map {name} {'queues' if queues else 'fails'} I/O with no path left, "
+                f"expected it to {'queue' if queue else 'fail'} (multipath.dm.queue_if_no_path; multipath.conf's "
+                "no_path_retry)"
+            )
+    return problems
+
+
+def problems_everywhere(
+    hosts: Sequence[Host], devices: Mapping[str, Sequence[str]], paths: int, queue: bool | None
+) -> list[str]:
+    """:func:`map_problems` on every host at once; ``devices``: host -> its maps as ``/dev/mapper/NAME``."""
+    names = {host: [d.rsplit("/", 1)[-1] for d in found] for host, found in devices.items()}
+    read = each(hosts, lambda host: read_maps(host, names[host.name]), check=False)
+    problems = []
+    for host, value in read.items():
+        if isinstance(value, BaseException):
+            problems.append(f"{host}: its multipath maps could not be read: {value}")
+        else:
+            problems += map_problems(host, value[0], value[1], names[host], paths, queue)
+    return problems

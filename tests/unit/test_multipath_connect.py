@@ -241,3 +241,31 @@ def test_the_holders_listing_names_a_map_only_when_it_holds_every_disk() -> None
     assert dm.map_of(holders, ["sda", "sdc"]) is None  # held apart
     assert dm.map_of(holders, ["sda", "sdd"]) is None  # one not held yet
     assert dm.parse_wwids_file(f"# Valid WWIDs:\n/{WWID}/\n#/{'3' * 10}/\n") == {WWID}
+
+
+# -- the maps as the connectivity suite checks them ---------------------------------------------------------------
+
+# The table multipath loaded on vnode1 for LIO's LUN over two portals (its -v2 "addmap" line, 2026-12-02), and a
+# status of that shape (dm-mpath's: per group its state, per path its device, A or F, fail count, selector args).
+TABLE = "0 1048576 multipath 1 queue_if_no_path 1 alua 1 1 service-time 0 2 1 8:0 1 8:16 1"
+STATUS = "0 1048576 multipath 2 0 0 0 1 1 A 0 2 2 8:0 A 0 0 1 8:16 {b} 1 0 1"
+
+
+def test_a_maps_table_gives_its_features_and_every_path_of_every_group() -> None:
+    assert dm.parse_table(TABLE) == (("queue_if_no_path",), ("8:0", "8:16"))
+    two_groups = "0 2048 multipath 0 0 2 1 round-robin 0 1 1 8:0 1 round-robin 0 1 1 8:16 1"
+    assert dm.parse_table(two_groups) == ((), ("8:0", "8:16"))
+
+
+def test_a_healthy_map_passes_and_each_broken_thing_is_named() -> None:
+    daemon, maps = dm.parse_maps(f"daemon\tpid 198 idle\nmap\t{WWID}\t{TABLE}\t{STATUS.format(b='A')}\n")
+    assert maps[WWID].active == ("8:0", "8:16")
+    assert dm.map_problems("vnode1", daemon, maps, [WWID], 2, True) == []
+    _, failed = dm.parse_maps(f"map\t{WWID}\t{TABLE}\t{STATUS.format(b='F')}\n")
+    assert dm.map_problems("vnode1", "", failed, [WWID, "gone"], 2, False) == [
+        "vnode1: multipathd does not answer (multipathd show daemon): no path comes back by itself",
+        f"vnode1: the multipath map {WWID} holds 2 path(s), 1 active; the target serves 2",
+        f"vnode1: the multipath map {WWID} queues I/O with no path left, expected it to fail "
+        "(multipath.dm.queue_if_no_path; multipath.conf's no_path_retry)",
+        "vnode1: the multipath map gone is not there",
+    ]
