@@ -22,7 +22,7 @@ MultipathSettings`; a key it does not give is not checked, but every value is re
   nop-out has no answer after that long); libiscsi prints them back as given (iscsi_conn_get_param), and
   scsi_transport_iscsi prints recovery_tmo as an integer, -1 (or any negative) meaning never.
 
-dm-multipath (multipathd's ``no_path_retry``, paths per map) is not read yet.
+dm-multipath's maps (multipathd, paths per map, queueing) are read by :mod:`.dm`.
 """
 
 from __future__ import annotations
