@@ -1,0 +1,47 @@
+"""dm-multipath on the virtual lab, for real: the connectivity suite's map check (multipathd answering, each map
+holding one active path per portal, queueing as the lab says) passes on LIO's two portals and fails, naming the
+host and the map, when multipathd is stopped and a path is failed in its map. Both are put back before the test
+ends (multipathd started again reinstates the path)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_fabricqa.initiators import dm
+from pytest_fabricqa.lab import LabModel
+from pytest_fabricqa.provision import connect_fabric
+from pytest_fabricqa.transport.base import Host
+
+pytestmark = pytest.mark.vlab
+
+
+def test_the_map_check_fails_without_multipathd_and_with_a_failed_path(
+    vlab: tuple[LabModel, dict[str, Host], dict[str, str]],
+) -> None:
+    lab, hosts, _ = vlab
+    fabric = connect_fabric(lab, "iscsi", hosts, target="lio")
+    node = hosts["vnode1"]
+    try:
+        initiators = [hosts[n] for n in ("vnode1", "vnode2")]
+        devices = {h.name: [d.path for d in fabric.devices_on(h.name)] for h in initiators}
+        assert all(p.startswith("/dev/mapper/") for paths in devices.values() for p in paths)
+        assert dm.problems_everywhere(initiators, devices, 2, True) == []
+
+        name = devices["vnode1"][0].rsplit("/", 1)[-1]
+        _, maps = dm.read_maps(node, [name])
+        disk = maps[name].paths[0]
+        node.run(["dmsetup", "message", name, "0", f"fail_path {disk}"])
+        node.run(["multipathd", "shutdown"])
+        problems = dm.problems_everywhere([node], {"vnode1": [devices["vnode1"][0]]}, 2, True)
+        # multipathd's shutdown also drops the map's queueing (multipath's queue_without_daemon is "no"): the map
+        # now fails I/O with no path left, which the lab does not expect either.
+        assert problems == [
+            "vnode1: multipathd does not answer (multipathd show daemon): no path comes back by itself",
+            f"vnode1: the multipath map {name} holds 2 path(s), 1 active; the target serves 2",
+            f"vnode1: the multipath map {name} fails I/O with no path left, expected it to queue "
+            "(multipath.dm.queue_if_no_path; multipath.conf's no_path_retry)",
+        ]
+    finally:
+        node.run(["sh", "-c", "multipathd show daemon >/dev/null 2>&1 || multipathd"], check=False)
+        node.run(["sh", "-c", "sleep 3; multipathd show daemon"], check=False)
+        fabric.teardown()
