@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_fabricqa.initiators import dm
+from pytest_fabricqa.initiators import connect, dm
 from pytest_fabricqa.lab import LabModel
-from pytest_fabricqa.provision import connect_fabric
+from pytest_fabricqa.provision import ProvisionError, connect_fabric, leftovers
 from pytest_fabricqa.transport.base import Host
 
 pytestmark = pytest.mark.vlab
@@ -30,8 +30,8 @@ def test_the_map_check_fails_without_multipathd_and_with_a_failed_path(
         name = devices["vnode1"][0].rsplit("/", 1)[-1]
         _, maps = dm.read_maps(node, [name])
         disk = maps[name].paths[0]
+        node.run(["multipathd", "shutdown"])  # first: its path checker would reinstate the healthy path at once
         node.run(["dmsetup", "message", name, "0", f"fail_path {disk}"])
-        node.run(["multipathd", "shutdown"])
         problems = dm.problems_everywhere([node], {"vnode1": [devices["vnode1"][0]]}, 2, True)
         # multipathd's shutdown also drops the map's queueing (multipath's queue_without_daemon is "no"): the map
         # now fails I/O with no path left, which the lab does not expect either.
@@ -45,3 +45,22 @@ def test_the_map_check_fails_without_multipathd_and_with_a_failed_path(
         node.run(["sh", "-c", "multipathd show daemon >/dev/null 2>&1 || multipathd"], check=False)
         node.run(["sh", "-c", "sleep 3; multipathd show daemon"], check=False)
         fabric.teardown()
+
+
+def test_a_lun_that_no_map_holds_stops_the_connect_in_one_line_and_leaves_nothing(
+    vlab: tuple[LabModel, dict[str, Host], dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """multipathd stopped on vnode1: its two disks of each LUN get no map, the connect says so and undoes it all."""
+    lab, hosts, _ = vlab
+    node = hosts["vnode1"]
+    monkeypatch.setattr(connect, "DEVICE_TIMEOUT_S", 10.0)
+    node.run(["multipathd", "shutdown"])
+    try:
+        with pytest.raises(ProvisionError) as raised:
+            connect_fabric(lab, "iscsi", hosts, target="lio")
+        assert "vnode1: LUN 0 of iqn.2026-11.io.fabricqa:vstor shows as 2 disks (" in str(raised.value)
+        assert "no multipath map holds them" in str(raised.value)
+        assert leftovers(lab, hosts) == []
+    finally:
+        node.run(["sh", "-c", "multipathd show daemon >/dev/null 2>&1 || multipathd; sleep 3"], check=False)
+    assert node.run(["multipathd", "show", "daemon"], check=False).ok
