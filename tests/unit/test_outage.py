@@ -22,7 +22,20 @@ import pytest
 from fakes import Answer, ScriptedHost, answer_files
 
 from pytest_fabricqa import faults, outage
-from pytest_fabricqa.failover import ANA, BRIEF, LONG, ONE_PATH, FailoverFigures, Fault, Stall
+from pytest_fabricqa.failover import (
+    ANA,
+    BRIEF,
+    LONG,
+    ONE_PATH,
+    PORT,
+    FailoverFigures,
+    Fault,
+    HostSeries,
+    Stall,
+    fault_stall,
+    measure,
+    stalls,
+)  # fmt: skip
 from pytest_fabricqa.lab import FailoverSettings, LabModel, load_lab
 from pytest_fabricqa.targets.base import UndoStack
 from pytest_fabricqa.thresholds import Thresholds
@@ -481,6 +494,33 @@ def test_the_long_outage_recorded_on_the_lab_saw_io_errors_and_fio_ended_at_them
     no_errors = outage.OutageResult(LONG, 16.0, {"vnode1": replace(figures, io_errors=0)})
     (problem,) = outage.outage_problems(no_errors, Thresholds(), ["vnode1"])
     assert "no I/O error was seen" in problem
+
+
+def test_a_port_taken_away_with_io_moving_at_once_is_no_stall_though_fio_had_jitter_gaps_later() -> None:
+    """nvme-tcp on nvmet, vnode1: its active port unlinked on vstor for 30 s while fio wrote and verified. The I/O
+    moved at once (no interval without a completion at the fault); fio's log had a 100 ms window without a
+    completion now and then (at 16.7, 29.5 and 31.5 s into the fault), as it had before it. The first of them was
+    once taken for the fault's stall: I/O "moved" only 16.9 s in, and in CI (the gap 31.5 s in, after the 30 s)
+    the case said the I/O had not moved until the path came back."""
+    fault = recorded_fault("nvme-tcp-port-down-vnode1")
+    figures, problems, series = outage._figures(recorded_run("nvme-tcp-port-down-vnode1"), fault)
+    assert problems == [] and figures is not None and series is not None
+    gaps_during = [s for s in stalls(series) if fault.start_ms + 3000 < s.start_ms < fault.end_ms]
+    assert len(gaps_during) >= 2  # the jitter is in the recording
+    assert fault_stall(series, fault) is None
+    assert figures.first_io_s is not None and figures.first_io_s < 0.5
+    done = outage.OutageResult(PORT, 30.0, {"vnode1": figures})
+    assert outage.outage_problems(done, Thresholds(max_stall_s=15), ["vnode1"]) == []
+    # Had the I/O waited, a stall from the fault on would be the fault's, however long the jitter before it.
+    waited = Fault("held", fault.start_ms, fault.end_ms)
+    held = HostSeries(
+        series.host, series.interval_ms,
+        tuple(i for i in series.intervals if not fault.start_ms < i.end_ms <= fault.start_ms + 12000),
+        series.start_ms, series.end_ms,
+    )  # fmt: skip
+    stall = fault_stall(held, waited)
+    assert stall is not None and 11.5 <= stall.seconds <= 12.1
+    assert measure(held, waited).first_io_s == pytest.approx(12.1, abs=0.15)
 
 
 # -- every path of a host -----------------------------------------------------------------------------------------
