@@ -415,12 +415,23 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """A user mistake met while running a case (``UserError``: a lab that cannot be attached, missing
-    credentials) is reported as its one line, not a traceback; the session then exits as a usage error."""
+    credentials) is reported as its one line, not a traceback; the session then exits as a usage error. Any other
+    failure of a case that uses the lab carries each host's storage kernel messages since it began
+    (:mod:`pytest_fabricqa.kernlog`), shown with the failure and in the HTML report."""
     report = yield
     excinfo = call.excinfo
     if excinfo is not None and isinstance(excinfo.value, UserError) and _lab(item.config) is not None:
         report.longrepr = str(excinfo.value)
         report.fabricqa_user_error = True  # type: ignore[attr-defined]
+    elif (
+        report.failed
+        and call.when in ("setup", "call")
+        and SESSION_KEY in item.config.stash
+        and "lab_session" in getattr(item, "fixturenames", ())
+    ):
+        from pytest_fabricqa import kernlog
+
+        report.sections.extend(kernlog.sections(item.config.stash[SESSION_KEY].hosts, call.start))
     return report
 
 
