@@ -207,16 +207,18 @@ def qemu_argv(
         "-initrd", str(image.initrd),
         # Under software emulation on a shared 2-core host an I/O can wait longer than the kernel's 30 s
         # default: the NVMe host (local drive, nvme-tcp, nvme-rdma) would abort, reset and drop the namespace
-        # mid-run. Real labs keep their defaults; the guests wait 120 s for an I/O (the slowest p99 seen is ~6 s).
-        # Not 600 s as before: Soft-RoCE on 6.1 now and then loses an nvme-rdma I/O ("rxe_reg_fast_mr: mr->lkey
-        # = 0x4488 not free" on vnode1, CI 2026-12-02); the host notices only at the timeout, then reconnects and
-        # retries it. At 600 s the integrity case's fio ran into its own 600 s bound first and failed, and the fio
-        # left running on the guest wrote on into the next case's region once the retry went through.
+        # mid-run. Real labs keep their defaults; the guests wait 60 s for an I/O (the slowest p99 seen is ~6 s).
+        # Not longer: Soft-RoCE on 6.1 now and then loses an nvme-rdma I/O ("rxe_reg_fast_mr: mr->lkey = 0x4488
+        # not free" on vnode1, CI 2026-12-02); the host notices only at the timeout, then reconnects and retries
+        # it. At 600 s the integrity case's fio ran into its own 600 s bound first and failed, and the fio left
+        # running on the guest wrote on into the next case's region once the retry went through; at 120 s a
+        # performance point's fio (4 + 1 s, waited for 125 s) was called hung first (SPDK over RDMA, CI
+        # 2026-12-02). At 60 s the retry, and the reconnect before it, fit inside that wait.
         # mitigations=off: the retpolines and barriers Spectre mitigations put on every indirect call and syscall
         # cost the emulated CPU dearly (measured in one guest: a fork+exec 55 -> 42 ms, psync 4 KiB reads from
         # null_blk +50%); the guests are the lab's own and run no untrusted code.
         "-append",
-        "console=ttyS0 panic=-1 quiet mitigations=off nvme_core.io_timeout=120 nvme_core.admin_timeout=600",
+        "console=ttyS0 panic=-1 quiet mitigations=off nvme_core.io_timeout=60 nvme_core.admin_timeout=600",
         "-no-reboot",
         "-netdev", f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{guest.ssh_port}-:22",
         "-device", f"virtio-net-pci,netdev=mgmt,mac={mgmt_mac}",
