@@ -194,6 +194,12 @@ class NvmeConnect(_Model):
     queue_size: int | None = Field(None, ge=2)
     ctrl_loss_tmo: int | None = Field(None, ge=-1)
     keep_alive_tmo: int | None = Field(None, ge=1)
+    iopolicy: Literal["numa", "round-robin", "queue-depth"] | None = None
+    """Written to each of the fabric's subsystems on every initiator once connected
+    (``/sys/class/nvme-subsystem/nvme-subsysN/iopolicy``, native multipath): which live path I/O goes down. Unset,
+    the kernel's default (``nvme_core.iopolicy``, ``numa`` unless changed) stays. Nothing to set back: the subsystem
+    is the connect's own (a subsystem already connected is refused) and goes with the disconnect. ``queue-depth``
+    needs Linux 6.11 or later; an older kernel refuses it and the connect stops saying so."""
 
 
 class NvmeExport(_Model):

@@ -42,7 +42,15 @@ def lab_problems(lab: LabModel) -> Iterator[tuple[Key, str]]:
 
 
 def _path_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
+    expected = lab.multipath.nvme.iopolicy
     for i, target in enumerate(lab.targets):
+        wanted = target.nvme.connect.iopolicy if target.nvme is not None else None
+        if wanted is not None and expected is not None and wanted != expected:
+            yield (
+                ("targets", str(i), "nvme", "connect", "iopolicy"),
+                f"sets {wanted} on every initiator, and multipath.nvme.iopolicy expects {expected} there; "
+                "make them agree, or leave multipath.nvme.iopolicy unset",
+            )
         if target.paths == "all" and target.kind not in ("nvmet", "spdk", "lio"):
             yield (
                 ("targets", str(i), "paths"),

@@ -70,7 +70,8 @@ def connect_nvme(lab: LabModel, export: Export, host: Host, undo: UndoStack) -> 
     hostnqn = lab.hosts[host.name].host_nqn
     trtype = export.transport
     nvme_export = lab.target_for(export.protocol, export.target).nvme
-    options = nvme.ConnectOptions(**nvme_export.connect.model_dump()) if nvme_export else None
+    options = nvme.ConnectOptions(**nvme_export.connect.model_dump(exclude={"iopolicy"})) if nvme_export else None
+    iopolicy = nvme_export.connect.iopolicy if nvme_export else None
     try:
         records = nvme.discover(host, trtype, export.address, export.port, hostnqn)
     except CommandError as exc:
@@ -149,6 +150,16 @@ def connect_nvme(lab: LabModel, export: Export, host: Host, undo: UndoStack) -> 
                     "turn the kernel's native NVMe multipath on (nvme_core multipath=Y), or set the target's "
                     "paths: first",
                 )
+    for nqn in export.subsystems if iopolicy else ():
+        try:
+            nvme.set_iopolicy(host, nqn, iopolicy)
+        except CommandError as exc:
+            raise ProvisionError(
+                host.name,
+                f"iopolicy {iopolicy} could not be set on {nqn} ({command_tail(exc)})",
+                "set the target's nvme.connect.iopolicy to one this kernel has (numa or round-robin; "
+                "queue-depth from Linux 6.11), or leave it unset for the kernel's default",
+            ) from None
     devices = [
         FabricDevice(
             host.name,

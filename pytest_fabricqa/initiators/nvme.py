@@ -236,6 +236,35 @@ def connect(
     host.run(argv, timeout=120)
 
 
+# Fixed text. $1: the sysfs root (/sys on a host); $2: a subsystem NQN; $3: the policy. Prints the subsystem's name,
+# its policy before and after the write; exit 3 when no subsystem has the NQN, 4 when the kernel refused the write.
+IOPOLICY_SCRIPT = r"""
+for d in "$1"/class/nvme-subsystem/nvme-subsys*; do
+  [ "$(cat "$d/subsysnqn" 2>/dev/null)" = "$2" ] || continue
+  before=$(cat "$d/iopolicy")
+  echo "$3" > "$d/iopolicy" || exit 4
+  printf '%s %s %s\n' "${d##*/}" "$before" "$(cat "$d/iopolicy")"
+  exit 0
+done
+exit 3
+"""
+
+
+def set_iopolicy(host: Host, nqn: str, policy: str, sysfs: str = "/sys") -> tuple[str, str]:
+    """Write ``policy`` to the native-multipath I/O policy of subsystem ``nqn`` on ``host`` and read it back;
+    the subsystem's name and the policy it had. :class:`CommandError` when no subsystem has the NQN, the kernel
+    refuses the value, or it reads back otherwise."""
+    result = host.run(["sh", "-c", IOPOLICY_SCRIPT, "sh", sysfs, nqn, policy], check=False)
+    if result.exit_code == 3:
+        raise CommandError(result, f"no NVMe subsystem {nqn} in {sysfs}/class/nvme-subsystem")
+    if not result.ok:
+        raise CommandError(result, f"the kernel refused iopolicy {policy}")
+    name, before, after = [*result.stdout.split(), "", "", ""][:3]
+    if after != policy:
+        raise CommandError(result, f"{name}/iopolicy reads {after or 'nothing'} after writing {policy}")
+    return name, before
+
+
 def disconnect(host: Host, nqn: str) -> None:
     """Disconnect every controller of subsystem ``nqn`` on ``host`` (nothing to do is not an error)."""
     result = host.run(["nvme", "disconnect", "-n", nqn], check=False, timeout=120)

@@ -67,6 +67,15 @@ CASES = {
         r"\d+: targets\[0\]\.nvme\.subsystems\[1\]\.nqn: SPDK takes only NVMe qualified names and 'nvmet2' is a "
         r"short name \(nvmet takes those, SPDK refuses them\); use nqn\.yyyy-mm\.reverse\.domain:name$",
     ),
+    "iopolicy-set-and-expected-otherwise": (
+        _swap(
+            VLAB,
+            "      connect: {keep_alive_tmo: 60}\n",
+            "      connect: {keep_alive_tmo: 60, iopolicy: round-robin}\n",
+        ),
+        r"\d+: targets\[0\]\.nvme\.connect\.iopolicy: sets round-robin on every initiator, and "
+        r"multipath\.nvme\.iopolicy expects numa there; make them agree, or leave multipath\.nvme\.iopolicy unset$",
+    ),
     "same-iqn-twice": (
         _swap(
             VLAB,

@@ -13,7 +13,7 @@ from fakes import Answer, ScriptedHost
 
 from pytest_fabricqa.initiators import connect, dm, iscsi, nvme
 from pytest_fabricqa.initiators.connect import connect_iscsi, connect_nvme, path_problems
-from pytest_fabricqa.lab import LabError, load_lab
+from pytest_fabricqa.lab import LabError, LabModel, load_lab
 from pytest_fabricqa.targets.base import Export, ExportedUnit, ProvisionError, UndoStack
 
 LABS = Path(__file__).parents[2] / "labs"
@@ -66,6 +66,79 @@ def test_every_path_is_connected_from_the_initiators_port_in_its_subnet() -> Non
     ]  # fmt: skip
     assert [d.path for d in connected.devices] == ["/dev/nvme0n1"]  # one device for the namespace's two paths
     assert len(undo) == 1  # one disconnect by NQN takes every path's controller
+
+
+class PolicyHost(MultipathHost):
+    """A MultipathHost whose subsystem takes an iopolicy the way ``nvme.IOPOLICY_SCRIPT`` reports it (name, before,
+    after), or refuses it as the kernel refuses a policy it does not have (the write fails: exit 4)."""
+
+    def __init__(self, refuse: bool = False) -> None:
+        super().__init__()
+        self.refuse = refuse
+
+    def answer(self, argv: tuple[str, ...]) -> Answer:
+        if argv[:3] == ("sh", "-c", nvme.IOPOLICY_SCRIPT):
+            if self.refuse:
+                return (4, "", "sh: 4: echo: echo: I/O error")
+            return f"nvme-subsys1 numa {argv[-1]}\n"
+        return super().answer(argv)
+
+
+def with_iopolicy(tmp_path: Path, policy: str) -> LabModel:
+    """labs/vlab.yaml with nvmet's connect setting ``policy`` and no iopolicy expected by the connectivity check."""
+    text = (LABS / "vlab.yaml").read_text()
+    for old, new in (
+        ("      connect: {keep_alive_tmo: 60}\n", f"      connect: {{keep_alive_tmo: 60, iopolicy: {policy}}}\n"),
+        ("{native: true, iopolicy: numa,", "{native: true,"),
+    ):
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    (tmp_path / "vlab.yaml").write_text(text)
+    return load_lab(tmp_path / "vlab.yaml")
+
+
+def test_the_labs_iopolicy_is_set_on_every_subsystem_once_its_paths_are_connected(tmp_path: Path) -> None:
+    lab = with_iopolicy(tmp_path, "round-robin")
+    host = PolicyHost()
+    connect_nvme(lab, TWO, host, UndoStack())
+    sets = [c for c in host.commands if c[:3] == ("sh", "-c", nvme.IOPOLICY_SCRIPT)]
+    assert [c[4:] for c in sets] == [("/sys", NQN, "round-robin")]
+    assert host.commands.index(sets[0]) > max(i for i, c in enumerate(host.commands) if c[:2] == ("nvme", "connect"))
+    unset = PolicyHost()
+    connect_nvme(load_lab(LABS / "vlab.yaml"), TWO, unset, UndoStack())
+    assert not [c for c in unset.commands if nvme.IOPOLICY_SCRIPT in c]  # the lab does not ask: nothing written
+
+
+def test_a_policy_the_kernel_refuses_stops_the_connect_in_one_line(tmp_path: Path) -> None:
+    lab = with_iopolicy(tmp_path, "queue-depth")
+    undo = UndoStack()
+    with pytest.raises(ProvisionError, match=r"^vnode1: iopolicy queue-depth could not be set on "
+                       r"nqn\.2026-11\.io\.fabricqa:vlab-ram0 \(.*I/O error\); set the target's "
+                       r"nvme\.connect\.iopolicy to one this kernel has"):  # fmt: skip
+        connect_nvme(lab, TWO, PolicyHost(refuse=True), undo)
+    assert len(undo) == 1  # the disconnect was registered before the connect: the caller's unwind takes it away
+
+
+def test_the_iopolicy_script_writes_only_the_named_subsystem_and_reads_it_back(tmp_path: Path) -> None:
+    """IOPOLICY_SCRIPT run for real on a /sys/class/nvme-subsystem layout (a foreign subsystem beside ours)."""
+    from pytest_fabricqa.transport.local import LocalHost
+
+    for name, nqn in (("nvme-subsys0", "nqn.2014-08.org.example:foreign"), ("nvme-subsys3", NQN)):
+        folder = tmp_path / "class" / "nvme-subsystem" / name
+        folder.mkdir(parents=True)
+        (folder / "subsysnqn").write_text(nqn + "\n")
+        (folder / "iopolicy").write_text("numa\n")
+    host = LocalHost("vnode1")
+    assert nvme.set_iopolicy(host, NQN, "round-robin", sysfs=str(tmp_path)) == ("nvme-subsys3", "numa")
+    subsystems = tmp_path / "class" / "nvme-subsystem"
+    assert (subsystems / "nvme-subsys3" / "iopolicy").read_text() == "round-robin\n"
+    assert (subsystems / "nvme-subsys0" / "iopolicy").read_text() == "numa\n"
+    with pytest.raises(nvme.CommandError, match=r"no NVMe subsystem nqn\.2026-11\.io\.fabricqa:other"):
+        nvme.set_iopolicy(host, "nqn.2026-11.io.fabricqa:other", "round-robin", sysfs=str(tmp_path))
+    (subsystems / "nvme-subsys3" / "iopolicy").unlink()
+    (subsystems / "nvme-subsys3" / "iopolicy").mkdir()  # a write that fails, as the kernel's refusal does
+    with pytest.raises(nvme.CommandError, match="the kernel refused iopolicy round-robin"):
+        nvme.set_iopolicy(host, NQN, "round-robin", sysfs=str(tmp_path))
 
 
 def test_a_namespace_that_shows_once_per_path_is_one_line_naming_native_multipath() -> None:
