@@ -1,7 +1,8 @@
 """Faults injected into a live fabric, each with a guaranteed restore (issue 13, "Faults while fio writes").
 
 A fault breaks one path and puts it back: an initiator's storage link down and up (:class:`LinkDown`), a target
-port taken away and given back (:class:`NvmetPortDown`, :class:`LioPortalDown`, :class:`SpdkListenerDown`), an
+port taken away and given back (:class:`NvmetPortDown`, :class:`LioPortalDown` with the port's link in a
+:class:`PortOff`, :class:`SpdkListenerDown`), an
 nvmet ANA group made inaccessible and optimized again (:class:`AnaStateChange`). Each satisfies
 :class:`FaultInjector` structurally; :func:`target_port_down` and :func:`ana_change` pick the class for a lab's
 target.
@@ -714,6 +715,55 @@ class LioPortalDown(_RecordedFault):
         return self.host.run(["sh", "-c", LIO_NP_RESTORE, "sh", self.iqn, self.tpg, self.portal, iser])
 
 
+class PortOff:
+    """One target port gone, made of several faults on the target host taken as one: every part armed (checked,
+    recorded, its restore registered) before any fires, fired in order, restored in reverse order, each part
+    restored even when another's restore failed. The window runs from the last part's break to the last part's
+    restore, when the port is whole again.
+
+    LIO's port (:func:`target_port_down`): its portal removed (:class:`LioPortalDown`: no new login, discovery or
+    reconnect through it) and the target host's storage port carrying that portal losing every frame (or down, as
+    ``failover.outage_by`` says), which breaks the sessions already logged in through it; the portal alone leaves
+    those running (see :class:`LioPortalDown`). A SIGKILLed run leaves each part's own record, restored at the next
+    start like any other."""
+
+    def __init__(self, name: str, parts: list[Any]) -> None:
+        if not parts:
+            raise ValueError("a port fault needs at least one part")
+        self.name = name
+        self.parts = parts
+        self.host: Host = parts[0].host
+        self.key = "+".join(part.key for part in parts)
+
+    def __repr__(self) -> str:
+        return f"PortOff({self.name!r}, {self.parts!r})"
+
+    def arm(self, undo: UndoStack) -> None:
+        """Arm every part (each pushes its own restore, so the undo stack restores them in reverse order)."""
+        for part in self.parts:
+            part.arm(undo)
+
+    def inject(self, undo: UndoStack) -> float:
+        self.arm(undo)
+        return self.fire()
+
+    def fire(self) -> float:
+        return [part.fire() for part in self.parts][-1]
+
+    def restore(self) -> float:
+        when: float | None = None
+        failure: FaultError | None = None
+        for part in reversed(self.parts):
+            try:
+                when = part.restore()
+            except FaultError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+        assert when is not None
+        return when
+
+
 # -- SPDK --------------------------------------------------------------------------------------------------------
 
 
@@ -1045,9 +1095,10 @@ def target_port_down(
     *,
     address: str | None = None,
     port: int | None = None,
-) -> NvmetPortDown | LioPortalDown | SpdkListenerDown:
+) -> NvmetPortDown | PortOff | SpdkListenerDown:
     """The fault that takes target ``target``'s port for ``protocol`` away (at ``address``:``port``, by default
-    the lab's portal): nvmet's port unlinked, LIO's portal removed, SPDK's listener removed."""
+    the lab's portal): nvmet's port unlinked, LIO's portal removed together with its storage port's traffic
+    (:class:`PortOff`), SPDK's listener removed."""
     model, host = _target(lab, hosts, target, protocol)
     spec = protocol_spec(protocol)
     traddr = address or lab.target_address(model)
@@ -1057,7 +1108,18 @@ def target_port_down(
         return NvmetPortDown(host, model.name_prefix, _nvmet_portid(host, model, spec.transport, traddr, trsvcid))
     if model.kind == "lio":
         assert model.iscsi is not None
-        return LioPortalDown(host, model.name_prefix, model.iscsi.iqn, portal_name(traddr, port or model.iscsi.port))
+        portal = LioPortalDown(host, model.name_prefix, model.iscsi.iqn, portal_name(traddr, port or model.iscsi.port))
+        hosted = lab.hosts.get(host.name)
+        interface = next((p.interface for p in (hosted.storage if hosted else ()) if str(p.address) == traddr), None)
+        if interface is None:
+            raise FaultRefused(
+                host.name,
+                f"{traddr} is not the address of a storage port of {host.name} in the lab: the portal's live sessions "
+                "could not be broken",
+                f"serve the portal on one of hosts.{host.name}.storage's addresses",
+            )
+        link = link_outage(lab, host, model.name_prefix, interface)
+        return PortOff(f"{portal.name} and {link.name}", [portal, link])
     if model.kind == "spdk":
         from pytest_fabricqa.targets.spdk import SpdkTarget
 

@@ -13,9 +13,12 @@ logs its IOPS every 100 ms; paths go down on every initiator at once and come ba
   fastest: the Windows HLK multiport rule (10% there).
 - ``ana-inaccessible`` and ``target-port-down`` (``test_path_away_on_the_target``, a target serving several
   paths): the target port carrying the first initiator's I/O goes away for ``one_path_down_s`` -- its ANA group
-  inaccessible (nvmet), or the port itself unlinked (nvmet) or its listener removed (SPDK) -- then back. The
-  initiators must move their I/O to another path while it is away, with no error. After an ANA change nothing is
-  disconnected, so the stall is the host's reaction alone; a port taken away costs the detection of a dead path.
+  inaccessible (nvmet), or the port itself unlinked (nvmet), its listener removed (SPDK), or its portal removed
+  and the target host's storage port carrying it dropping every frame (LIO: removing the portal alone leaves the
+  sessions logged in through it running) -- then back. The initiators must move their I/O to another path while
+  it is away, with no error. After an ANA change nothing is disconnected, so the stall is the host's reaction
+  alone; a port taken away costs the detection of a dead path (for iSCSI/iSER under dm-multipath, the nop-out
+  timeouts and recovery_tmo, as for a path's link).
 - ``all-paths-down-brief``: every storage link of each initiator, for less than the path timeout. I/O must resume with no I/O error and no verify
   error; the stall is gated by the lab's ``max_stall_s``.
 - ``all-paths-down-long``: for longer than the path timeout. I/O errors must be seen on every host (proof the
@@ -77,7 +80,7 @@ def test_one_path_down(
     _outage_case(lab, lab_target, protocol, og.ONE_PATH, fabric, lab_hosts, write_guard, fabricqa_report, request)
 
 
-TARGET_SIDE = {og.ANA: ("nvmet",), og.PORT: ("nvmet", "spdk")}
+TARGET_SIDE = {og.ANA: ("nvmet",), og.PORT: ("nvmet", "spdk", "lio")}
 """The target-side outages and the kinds they are made on."""
 
 

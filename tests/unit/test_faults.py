@@ -285,14 +285,44 @@ def test_ana_state_goes_inaccessible_and_back_to_what_it_was() -> None:
         faults.AnaStateChange(host, "fabricqa", 1, "optimized").inject(UndoStack())
 
 
-def test_lio_portal_is_removed_and_made_again_with_iser_on() -> None:
+def test_lio_port_down_is_its_portal_removed_and_its_storage_port_dropping_every_frame() -> None:
+    """LIO's portal alone leaves the sessions logged in through it running: the port's link goes too (the lab's
+    outage_by: drop), after the portal; back in reverse order, the portal made again with iSER on."""
     host = FaultHost("vstor")
     owned(host, "lio", {"kind": "lio", "targets": [IQN], "hbas": [], "backstores": []})
     fault = faults.target_port_down(lab(), {"vstor": host}, "lio", "iser")
+    assert isinstance(fault, faults.PortOff)
+    assert fault.name == (
+        f"vstor LIO portal {PORTAL} of {IQN} removed and vstor storage link eth1 dropping every frame"
+    )
     undo = UndoStack()
-    fault.inject(undo)
-    assert host.portals == {} and host.events[0][1][f"lio-portal:{IQN}:tpgt_1:{PORTAL}"]["params"]["iser"] is True
-    assert undo.unwind() == [] and host.portals == {PORTAL: "1"} and host.records() == {}
+    assert fault.inject(undo) == float(T_DOWN)
+    portal_key = f"lio-portal:{IQN}:tpgt_1:{PORTAL}"
+    assert host.portals == {} and CLSACT in host.qdiscs
+    # Both recorded before the first break; the portal broke first.
+    assert [what for what, _ in host.events] == ["break", "break"]
+    assert set(host.events[0][1]) == {portal_key, "drop:eth1"}
+    assert host.events[0][1][portal_key]["params"]["iser"] is True
+    assert undo.unwind() == [] and host.portals == {PORTAL: "1"} and CLSACT not in host.qdiscs
+    assert host.records() == {}
+
+
+def test_a_port_whose_link_cannot_be_restored_still_gets_its_portal_back_and_keeps_the_links_record() -> None:
+    host = FaultHost("vstor")
+    owned(host, "lio", {"kind": "lio", "targets": [IQN], "hbas": [], "backstores": []})
+    fault = faults.target_port_down(lab(), {"vstor": host}, "lio", "iscsi")
+    fault.inject(UndoStack())
+    host.fail.add(faults.LINK_UNDROP)
+    with pytest.raises(faults.FaultError, match=r"cannot restore 'vstor storage link eth1 dropping every frame'"):
+        fault.restore()
+    assert PORTAL in host.portals and list(host.records()) == ["drop:eth1"]  # the next start restores the link
+
+
+def test_a_lio_portal_on_no_storage_port_of_the_lab_is_refused_before_anything_runs() -> None:
+    host = FaultHost("vstor")
+    with pytest.raises(faults.FaultRefused, match=r"10\.10\.30\.19 is not the address of a storage port of vstor"):
+        faults.target_port_down(lab(), {"vstor": host}, "lio", "iscsi", address="10.10.30.19")
+    assert host.commands == []
 
 
 def test_spdk_listener_is_removed_and_added_back_through_the_rpc_client() -> None:
