@@ -34,3 +34,31 @@ def vlab_kernel_text_as(kind_lines: str) -> str:
     return text.replace(LIO_PATHS, "    paths: first\n    devices: *devices\n", 1).replace(
         "  - kind: lio\n", kind_lines
     )
+
+
+def local_lab(
+    name: str, nqn: str, device: str = "{path: /dev/null}", initiators: tuple[str, ...] = ("n1", "n2")
+) -> str:
+    """A lab whose hosts are all this machine (local transport, storage on ``lo``): ``initiators`` and ``stor``,
+    the target, serving ``device`` (the YAML of the lab's device entry ``ram0``) as one namespace of ``nqn`` over
+    nvme-tcp. For pytester runs of the suites and the plugin, where a conftest stands in for the fabric."""
+    hosts = "".join(
+        f"  {n}: {{transport: local, roles: [initiator], storage: {{interface: lo, address: 127.0.0.1}}}}\n"
+        for n in initiators
+    )
+    return f"""
+name: {name}
+hosts:
+{hosts}  stor: {{transport: local, roles: [target], storage: {{interface: lo, address: 127.0.0.1}}}}
+network: {{link_speed_gbps: 10, mtu: 65536, prefix_len: 8}}
+protocols: [nvme-tcp]
+targets:
+  - kind: nvmet
+    host: stor
+    protocols: [nvme-tcp]
+    devices:
+      ram0: {device}
+    nvme:
+      subsystems:
+        - {{nqn: "{nqn}", namespaces: [ram0]}}
+"""

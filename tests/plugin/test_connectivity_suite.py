@@ -9,29 +9,13 @@ import json
 from pathlib import Path
 
 import pytest
+from labfiles import local_lab
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "suites" / "test_connectivity.py"
 NQN = "nqn.2026-11.io.fabricqa:localpaths"
 
-LAB = f"""
-name: localpaths
-hosts:
-  n1: {{transport: local, roles: [initiator], storage: {{interface: lo, address: 127.0.0.1}}}}
-  n2: {{transport: local, roles: [initiator], storage: {{interface: lo, address: 127.0.0.1}}}}
-  stor: {{transport: local, roles: [target], storage: {{interface: lo, address: 127.0.0.1}}}}
-network: {{link_speed_gbps: 10, mtu: 65536, prefix_len: 8}}
-protocols: [nvme-tcp]
-targets:
-  - kind: nvmet
-    host: stor
-    protocols: [nvme-tcp]
-    devices:
-      ram0: {{path: /dev/null}}
-    nvme:
-      subsystems:
-        - {{nqn: "{NQN}", namespaces: [ram0]}}
-"""
+LAB = local_lab("localpaths", NQN)
 
 CONFTEST = f"""
 import pytest

@@ -10,30 +10,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from labfiles import local_lab
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "suites" / "test_integrity.py"
 
 pytestmark = pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio on this machine")
 
-LAB = """
-name: localint
-hosts:
-  n1: {transport: local, roles: [initiator], storage: {interface: lo, address: 127.0.0.1}}
-  n2: {transport: local, roles: [initiator], storage: {interface: lo, address: 127.0.0.1}}
-  stor: {transport: local, roles: [target], storage: {interface: lo, address: 127.0.0.1}}
-network: {link_speed_gbps: 10, mtu: 65536, prefix_len: 8}
-protocols: [nvme-tcp]
-targets:
-  - kind: nvmet
-    host: stor
-    protocols: [nvme-tcp]
-    devices:
-      ram0: {path: DISK, writable: true, corruptible: true}
-    nvme:
-      subsystems:
-        - {nqn: "nqn.2026-11.io.fabricqa:localint", namespaces: [ram0]}
-"""
+LAB = local_lab("localint", "nqn.2026-11.io.fabricqa:localint", "{path: DISK, writable: true, corruptible: true}")
 
 CONFTEST = """
 import pytest

@@ -10,24 +10,9 @@ import stat
 from pathlib import Path
 
 import pytest
+from labfiles import local_lab
 
-LAB = """
-name: localkern
-hosts:
-  n1: {transport: local, roles: [initiator], storage: {interface: lo, address: 127.0.0.1}}
-  stor: {transport: local, roles: [target], storage: {interface: lo, address: 127.0.0.1}}
-network: {link_speed_gbps: 10, mtu: 65536, prefix_len: 8}
-protocols: [nvme-tcp]
-targets:
-  - kind: nvmet
-    host: stor
-    protocols: [nvme-tcp]
-    devices:
-      ram0: {path: /dev/null}
-    nvme:
-      subsystems:
-        - {nqn: "nqn.2026-11.io.fabricqa:localkern", namespaces: [ram0]}
-"""
+LAB = local_lab("localkern", "nqn.2026-11.io.fabricqa:localkern", initiators=("n1",))
 
 DMESG = """#!/bin/sh
 now=$(date +%Y-%m-%dT%H:%M:%S,%6N%:z)
