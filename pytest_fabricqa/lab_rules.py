@@ -51,11 +51,11 @@ def _path_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
                 f"sets {wanted} on every initiator, and multipath.nvme.iopolicy expects {expected} there; "
                 "make them agree, or leave multipath.nvme.iopolicy unset",
             )
-        if target.paths == "all" and target.kind not in ("nvmet", "spdk", "lio"):
+        if target.paths == "all" and target.kind not in ("nvmet", "spdk", "lio", "scst", "tgt"):
             yield (
                 ("targets", str(i), "paths"),
-                f"paths: all (every storage port a path) is built for nvmet, spdk and lio targets so far, not "
-                f"{target.kind} (SCST's and tgt's portals per path are next); use paths: first",
+                f"paths: all (every storage port a path) is built for the targets fabricqa provisions (nvmet, spdk, "
+                f"lio, scst, tgt), not {target.kind}; use paths: first",
             )
 
 

@@ -52,11 +52,22 @@ class ScsiPlan:
     iser: bool
     luns: tuple[ScsiLun, ...]
     acls: tuple[str, ...]  # initiator IQNs; empty means every initiator
+    more_addresses: tuple[str, ...] = ()  # further portals on the same port, one more path each (``paths: all``)
 
     @property
     def portal(self) -> str:
         """ADDR:PORT, or [ADDR]:PORT for IPv6."""
         return portal_name(self.address, self.port)
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        """Every portal's address, the first path's first."""
+        return (self.address, *self.more_addresses)
+
+    @property
+    def portals(self) -> tuple[str, ...]:
+        """Every portal, ADDR:PORT each, the first path's first."""
+        return tuple(portal_name(a, self.port) for a in self.addresses)
 
     def export(self, protocol: str, target_host: str) -> Export:
         """What initiators connect to."""
@@ -64,7 +75,10 @@ class ScsiPlan:
             ExportedUnit(self.iqn, lun.lun, lun.backing, lun.path, lun.writable, lun.destructive_ok)
             for lun in self.luns
         )
-        return Export(protocol, protocol_spec(protocol).transport, self.address, self.port, units, target_host)
+        return Export(
+            protocol, protocol_spec(protocol).transport, self.address, self.port, units, target_host,
+            more_addresses=self.more_addresses,
+        )  # fmt: skip
 
 
 def unit_serial(mark: str, iqn: str, backing: str) -> str:
@@ -98,13 +112,15 @@ def plan_from_lab(lab: LabModel, model: TargetModel, protocol: str, first_lun: i
         device = model.devices[name]
         serial = unit_serial(model.name_prefix, model.iscsi.iqn, name)
         luns.append(ScsiLun(first_lun + offset, name, device.path, serial, device.writable, device.destructive_ok))
+    addresses = lab.target_addresses(model)
     return ScsiPlan(
         model.iscsi.iqn,
-        lab.target_address(model),
+        addresses[0],
         model.iscsi.port,
         protocol_spec(protocol).transport == "iser",
         tuple(luns),
         tuple(acls),
+        more_addresses=addresses[1:],
     )
 
 

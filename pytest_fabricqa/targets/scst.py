@@ -353,12 +353,14 @@ class ScstTarget(ConfigfsTarget):
                 str(self.settings.queued_commands),
                 f"SCST takes 1 to 2048 ({self.where}.scst.queued_commands)",
             )
-        # Only the lab's storage address: discovery elsewhere would offer portals iSER cannot reach (README.iser).
-        self._mgmt(
-            f"cannot restrict {plan.iqn} to the portal {plan.address}",
-            f"{ISCSI}/mgmt",
-            f"add_target_attribute {plan.iqn} allowed_portal {plan.address}",
-        )
+        # Only the lab's storage addresses (one per path): discovery elsewhere would offer portals iSER cannot
+        # reach (README.iser), and a login anywhere else is refused.
+        for address in plan.addresses:
+            self._mgmt(
+                f"cannot restrict {plan.iqn} to the portal {address}",
+                f"{ISCSI}/mgmt",
+                f"add_target_attribute {plan.iqn} allowed_portal {address}",
+            )
         if plan.acls:
             group = f"{target}/ini_groups/{self.model.name_prefix}"
             self._mgmt(
@@ -418,12 +420,13 @@ class ScstTarget(ConfigfsTarget):
         self._refuse_busy_port(plan.port, "iscsi.port", " (another iSCSI target?)")
         undo.push(f"stop the {DAEMON} fabricqa started", self.stop_daemon)
         remote.write_state(self.host, self.state_file, {**state, "daemon": "starting"})
-        argv = [self.settings.binary, "-p", str(plan.port), "-a", plan.address]
+        # -a takes a space-separated list (iscsi_scstd.c): it listens on every path's address and nowhere else.
+        argv = [self.settings.binary, "-p", str(plan.port), "-a", " ".join(plan.addresses)]
         self._step(
             f"cannot start {self.settings.binary}",
             partial(self.host.run, argv),
-            f"is SCST's {DAEMON} installed, and TCP port {plan.port} free on {plan.address} (a LIO portal holds it "
-            "with no process to show)? Its reason is in the system log",
+            f"is SCST's {DAEMON} installed, and TCP port {plan.port} free on {' and '.join(plan.addresses)} (a LIO "
+            "portal holds it with no process to show)? Its reason is in the system log",
         )
         pid = daemon_pid(self.host, DAEMON_PID_FILE, DAEMON)
         if pid is None:

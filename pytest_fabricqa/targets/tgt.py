@@ -283,16 +283,20 @@ class TgtTarget(ConfigfsTarget):
                     f"fix {self.where}.devices.{lun.backing}.path in the lab file or attach the device",
                 )
 
-    def _check_portal(self, plan: ScsiPlan) -> None:
-        """tgtd must listen for iSCSI/TCP on the lab's portal (or on every address at its port)."""
+    def _portals(self) -> list[str]:
         out = self._adm("--lld", "iscsi", "--mode", "portal", "--op", "show").stdout
-        portals = [
+        return [
             line.split(":", 1)[1].strip().rsplit(",", 1)[0] for line in out.splitlines() if line.startswith("Portal:")
         ]
+
+    def _check_portal(self, plan: ScsiPlan) -> None:
+        """tgtd must listen for iSCSI/TCP on every portal of the lab's (or on every address at its port). The
+        tgtd this plugin started gets the further paths' portals here (``tgtadm --mode portal --op new``); they go
+        with it when it stops."""
+        portals = self._portals()
         started = self.settings.daemon == "start"
         # A tgtd that cannot bind the portal it was started with (an address the host lacks, a port taken) falls
         # back to every address on port 3260, and says so nowhere but here (tests/data/tgt/portal-fallback.stdout).
-        wanted = {plan.portal} if started else {plan.portal, f"0.0.0.0:{plan.port}", f"[::]:{plan.port}"}
         if started and plan.portal not in portals:
             raise self._fail(
                 f"the tgtd fabricqa started could not listen on {plan.portal} (it fell back to "
@@ -300,12 +304,23 @@ class TgtTarget(ConfigfsTarget):
                 f"check that {plan.address} is an address of this host and TCP port {plan.port} is free "
                 f"({self.where}.iscsi.port; a LIO or SCST portal holds it with no process to show)",
             )
-        if not wanted & set(portals):
-            raise self._fail(
-                f"tgtd does not listen on {plan.portal} (its portals: {', '.join(portals) or 'none'})",
-                f"add it (tgtadm --lld iscsi --mode portal --op new --param portal={plan.portal}) or set "
-                f"{self.where}.tgt.daemon: start",
-            )
+        if started:
+            for portal in plan.portals[1:]:
+                if portal not in portals:
+                    self._tgtadm(
+                        f"cannot listen on the further path's portal {portal}",
+                        "--lld", "iscsi", "--mode", "portal", "--op", "new", "--param", f"portal={portal}",
+                        fix=f"check that {portal.rsplit(':', 1)[0]} is an address of this host and the port is free",
+                    )  # fmt: skip
+            portals = self._portals()
+        anywhere = {f"0.0.0.0:{plan.port}", f"[::]:{plan.port}"}
+        for portal in plan.portals:
+            if portal not in portals and (started or not anywhere & set(portals)):
+                raise self._fail(
+                    f"tgtd does not listen on {portal} (its portals: {', '.join(portals) or 'none'})",
+                    f"add it (tgtadm --lld iscsi --mode portal --op new --param portal={portal}) or set "
+                    f"{self.where}.tgt.daemon: start",
+                )
 
     def _next_tid(self, plan: ScsiPlan, snap: TgtSnapshot, tried: set[int]) -> int:
         low, high = TIDS

@@ -191,15 +191,21 @@ def test_one_iscsi_session_per_path() -> None:
     assert "is reached over 0 path(s) (none)" in problem and problem.endswith("no session to 10.10.10.19")
 
 
-def test_paths_all_is_refused_where_it_is_not_built_yet(tmp_path: Path) -> None:
+def test_paths_all_is_refused_for_an_external_array_whose_ports_fabricqa_does_not_make(tmp_path: Path) -> None:
     text = (LABS / "vlab.yaml").read_text()
     path = tmp_path / "lab.yaml"
-    scst = "    scst: {daemon: start, queued_commands: 128}\n"
-    path.write_text(text.replace(scst, "    paths: all\n" + scst, 1))
+    external = (
+        "  - kind: external\n    address: 10.10.10.50\n    protocols: [iscsi]\n    paths: all\n    name_prefix: array\n"
+        "    iscsi: {iqn: 'iqn.2026-11.io.example:array', luns: [a]}\n    devices: {a: {path: /dev/null}}\n"
+    )
+    path.write_text(text.replace("\nvlab:\n", f"{external}\nvlab:\n", 1))
     with pytest.raises(
-        LabError, match=r"targets\[3\]\.paths: paths: all .* for nvmet, spdk and lio targets so far, not scst"
+        LabError, match=r"targets\[5\]\.paths: paths: all .* \(nvmet, spdk, lio, scst, tgt\), not external; use paths"
     ):
         load_lab(path)
+    scst = "    scst: {daemon: start, queued_commands: 128}\n"
+    path.write_text(text.replace(scst, "    paths: all\n" + scst, 1))
+    assert load_lab(path).target_addresses(load_lab(path).targets[3]) == ("10.10.10.19", "10.10.20.19")
 
 
 def test_the_lab_names_every_path_and_each_initiators_port_on_it() -> None:

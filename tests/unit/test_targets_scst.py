@@ -192,9 +192,9 @@ def _seed() -> LabModel:
     return load_lab(LABS / "scst-seed000.yaml")
 
 
-def _vlab(tmp_path: Path, scst: str = "") -> LabModel:
-    """labs/vlab.yaml with its LIO target made an SCST target (and ``scst`` settings)."""
-    text = vlab_kernel_text_as("  - kind: scst\n")
+def _vlab(tmp_path: Path, scst: str = "", paths: str = "first") -> LabModel:
+    """labs/vlab.yaml with its LIO target made an SCST target (and ``scst`` settings, and ``paths``)."""
+    text = vlab_kernel_text_as("  - kind: scst\n").replace("    paths: first\n", f"    paths: {paths}\n", 1)
     if scst:
         text = text.replace("      luns: [ram0, nvme0]\n", f"      luns: [ram0, nvme0]\n    scst: {scst}\n")
     (tmp_path / "lab.yaml").write_text(text)
@@ -405,6 +405,15 @@ def test_start_mode_starts_iscsi_scstd_on_the_portal_and_stops_it_unless_others_
         "vstor: the iscsi-scstd fabricqa started (pid 5151) is still running",
         f"vstor: state file {target.state_file} is still there",
     ]
+
+
+def test_several_paths_start_iscsi_scstd_on_each_address_and_allow_a_portal_each(tmp_path: Path) -> None:
+    lab = _vlab(tmp_path, scst="{daemon: start}", paths="all")
+    host = FakeScst(daemon=False)
+    export = _target(lab, host, "iscsi").provision("iscsi", UndoStack())
+    assert export.addresses == ("10.10.10.19", "10.10.20.19")
+    assert ("iscsi-scstd", "-p", "3260", "-a", "10.10.10.19 10.10.20.19") in host.commands  # -a takes a list
+    assert host.targets[IQN]["portals"] == {"allowed_portal": "10.10.10.19", "allowed_portal1": "10.10.20.19"}
 
 
 def test_scst_settings_are_validated_with_file_key_and_line(tmp_path: Path) -> None:

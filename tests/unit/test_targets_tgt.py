@@ -164,6 +164,9 @@ class FakeTgtd(ScriptedHost):
             self.running = False
             self.fs = {k: v for k, v in self.fs.items() if not k.endswith(".pid")}
             return ""
+        if mode == "portal" and op == "new":
+            self.portals.append(opt["--param"].removeprefix("portal="))
+            return ""
         if mode == "portal":
             return "".join(f"Portal: {p},1\n" for p in self.portals)
         tid = int(opt.get("--tid", "0"))
@@ -203,9 +206,9 @@ class FakeTgtd(ScriptedHost):
         return None
 
 
-def _lab(tmp_path: Path, tgt: str = "", acls: bool = True) -> LabModel:
-    """labs/vlab.yaml with its LIO target made a tgt target (and ``tgt`` settings)."""
-    text = vlab_kernel_text_as("  - kind: tgt\n")
+def _lab(tmp_path: Path, tgt: str = "", acls: bool = True, paths: str = "first") -> LabModel:
+    """labs/vlab.yaml with its LIO target made a tgt target (and ``tgt`` settings, and ``paths``)."""
+    text = vlab_kernel_text_as("  - kind: tgt\n").replace("    paths: first\n", f"    paths: {paths}\n", 1)
     if tgt:
         text = text.replace("      luns: [ram0, nvme0]\n", f"      luns: [ram0, nvme0]\n    tgt: {tgt}\n")
     if not acls:
@@ -463,6 +466,25 @@ def test_start_mode_starts_tgtd_on_the_portal_and_stops_it_after(tmp_path: Path)
     assert "vstor: the tgtd fabricqa started (pid 4242) is still running" in target.leftovers()
     assert undo.unwind() == []
     assert not host.running and target.leftovers() == []
+
+
+def test_several_paths_get_a_portal_each_on_the_tgtd_started_and_the_export_names_them(tmp_path: Path) -> None:
+    lab = _lab(tmp_path, tgt="{daemon: start, control_port: 5}", paths="all")
+    host = FakeTgtd(running=False)
+    export = _target(lab, host).provision("iscsi", UndoStack())
+    assert export.addresses == ("10.10.10.19", "10.10.20.19")
+    added = [c for c in host.commands if c[0] == "tgtadm" and "portal" in c and "new" in c]
+    assert [c[-1] for c in added] == ["portal=10.10.20.19:3260"]  # the first came with tgtd's own --iscsi
+    assert host.portals == ["10.10.10.19:3260", "10.10.20.19:3260"]
+
+
+def test_an_attached_tgtd_must_listen_on_every_paths_portal(tmp_path: Path) -> None:
+    host = FakeTgtd()
+    host.portals = ["10.10.10.19:3260"]
+    with pytest.raises(ProvisionError, match=r"^vstor: tgtd does not listen on 10\.10\.20\.19:3260 \(its portals"):
+        _target(_lab(tmp_path, paths="all"), host).provision("iscsi", UndoStack())
+    host = FakeTgtd()  # every address at the port: each path's portal is served
+    assert _target(_lab(tmp_path, paths="all"), host).provision("iscsi", UndoStack()).addresses[1] == "10.10.20.19"
 
 
 def test_start_mode_leaves_a_daemon_it_did_not_start_and_keeps_its_own_up_for_others(tmp_path: Path) -> None:
