@@ -150,16 +150,9 @@ def connect_nvme(lab: LabModel, export: Export, host: Host, undo: UndoStack) -> 
                     "turn the kernel's native NVMe multipath on (nvme_core multipath=Y), or set the target's "
                     "paths: first",
                 )
-    for nqn in export.subsystems if iopolicy else ():
-        try:
-            nvme.set_iopolicy(host, nqn, iopolicy)
-        except CommandError as exc:
-            raise ProvisionError(
-                host.name,
-                f"iopolicy {iopolicy} could not be set on {nqn} ({command_tail(exc)})",
-                "set the target's nvme.connect.iopolicy to one this kernel has (numa or round-robin; "
-                "queue-depth from Linux 6.11), or leave it unset for the kernel's default",
-            ) from None
+    if iopolicy is not None:
+        for nqn in export.subsystems:
+            _set_iopolicy(host, nqn, iopolicy)
     devices = [
         FabricDevice(
             host.name,
@@ -176,6 +169,18 @@ def connect_nvme(lab: LabModel, export: Export, host: Host, undo: UndoStack) -> 
         for u in export.units
     ]
     return Connected(devices, discovered)
+
+
+def _set_iopolicy(host: Host, nqn: str, policy: str) -> None:
+    try:
+        nvme.set_iopolicy(host, nqn, policy)
+    except CommandError as exc:
+        raise ProvisionError(
+            host.name,
+            f"iopolicy {policy} could not be set on {nqn} ({command_tail(exc)})",
+            "set the target's nvme.connect.iopolicy to one this kernel has (numa or round-robin; queue-depth from "
+            "Linux 6.11), or leave it unset for the kernel's default",
+        ) from None
 
 
 def iface_name(model: TargetModel, transport: str) -> str:
