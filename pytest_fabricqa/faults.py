@@ -49,6 +49,8 @@ from pytest_fabricqa.transport.base import CommandError, CommandResult, Host
 STATE_KIND = "faults"
 ANA_STATES = ("optimized", "non-optimized", "inaccessible", "persistent-loss", "change")
 """What nvmet's ``ports/N/ana_groups/G/ana_state`` takes (drivers/nvme/target/configfs.c, Linux 6.1)."""
+SPDK_ANA_STATES = ("optimized", "non_optimized", "inaccessible")
+"""What ``nvmf_subsystem_listener_set_ana_state`` takes (SPDK 23.01, lib/nvmf/nvmf_rpc.c)."""
 ANA_DEFAULT_GROUP = 1
 """The ANA group every nvmet port has from its creation (NVMET_DEFAULT_ANA_GRPID) and every namespace is in."""
 NVMET = "/sys/kernel/config/nvmet"
@@ -867,6 +869,139 @@ class SpdkListenerDown(_RecordedFault):
         return self._timed_call("nvmf_subsystem_add_listener")
 
 
+class SpdkAnaChange(SpdkListenerDown):
+    """An SPDK listener's ANA state set to ``state`` (inaccessible by default) for every ANA group of each of our
+    subsystems it serves, then back to the state it had: ``nvmf_subsystem_listener_set_ana_state``, all in one
+    command. The initiators learn it from an ANA change event and move I/O to their other paths (native NVMe
+    multipath); nothing is disconnected. SPDK reports ANA only for a subsystem made with ``ana_reporting`` (the
+    driver sets it when the target serves several paths); refused otherwise, and unless the SPDK driver's state
+    file lists every subsystem."""
+
+    kind = "spdk-ana"
+
+    def __init__(
+        self,
+        rpc: RpcClient,
+        name_prefix: str,
+        nqns: tuple[str, ...],
+        listen_address: Mapping[str, str],
+        state: str = "inaccessible",
+    ) -> None:
+        super().__init__(rpc, name_prefix, nqns[0] if nqns else "", listen_address)
+        self.nqns = nqns
+        self.state = state
+        self.before = ""
+        where = f"{self.address['trtype']} {self.address['traddr']}:{self.address['trsvcid']}"
+        self.name = f"{rpc.host.name} SPDK listener {where} ANA {state}"
+        self.key = f"spdk-ana:{self.address['trtype']}:{self.address['traddr']}:{self.address['trsvcid']}"
+
+    @classmethod
+    def from_record(cls, lab: LabModel, host: Host, name_prefix: str, record: Mapping[str, Any]) -> SpdkAnaChange:
+        """The fault a record describes, to restore it."""
+        params = record["params"]
+        rpc = RpcClient(host, str(params["socket"]), str(params["mode"]), float(params["timeout"]))
+        fault = cls(rpc, name_prefix, tuple(params["nqns"]), params["listen_address"], str(params["state"]))
+        fault.before = str(params["before"])
+        fault.params = dict(params)
+        return fault
+
+    def _calls(self, state: str) -> list[tuple[str, Mapping[str, Any] | None]]:
+        return [
+            (
+                "nvmf_subsystem_listener_set_ana_state",
+                {"nqn": n, "listen_address": dict(self.address), "ana_state": state},
+            )
+            for n in self.nqns
+        ]
+
+    def how(self) -> str:
+        calls = json.dumps([params for _, params in self._calls(self.before or "optimized")])
+        return f"rpc.py -s {self.rpc.socket} nvmf_subsystem_listener_set_ana_state with each of {calls}"
+
+    def _states(self) -> dict[str, list[str] | None]:
+        """Each of our subsystems' ANA states on the listener (one per ANA group); None for a subsystem the app does
+        not hold or whose listing has no ANA states (ANA reporting off); no entry when it lacks the listener."""
+        found: dict[str, list[str] | None] = {}
+        subsystems = {s.get("nqn") for s in self.rpc.call("nvmf_get_subsystems") or [] if isinstance(s, dict)}
+        for nqn in self.nqns:
+            if nqn not in subsystems:
+                found[nqn] = None
+                continue
+            for listener in self.rpc.call("nvmf_subsystem_get_listeners", {"nqn": nqn}) or []:
+                address = listener.get("address", {}) if isinstance(listener, dict) else {}
+                if all(str(address.get(k, "")).upper() == v.upper() for k, v in self.address.items()):
+                    states = listener.get("ana_states")
+                    found[nqn] = [str(g.get("ana_state")) for g in states] if isinstance(states, list) else None
+        return found
+
+    def _check(self) -> None:
+        if self.state not in SPDK_ANA_STATES:
+            raise self._refuse(
+                f"{self.state!r} is not an ANA state SPDK sets", f"use one of {', '.join(SPDK_ANA_STATES)}"
+            )
+        state_file = remote.state_path(self.name_prefix, "spdk")
+        state = remote.read_state(self.host, state_file) or {}
+        foreign = [n for n in self.nqns if n not in state.get("subsystems", [])]
+        if not self.nqns or foreign or state.get("socket", self.rpc.socket) != self.rpc.socket:
+            raise self._refuse(
+                f"SPDK subsystem {foreign[0] if foreign else '(none)'} on {self.rpc.socket} was not made by fabricqa "
+                f"({state_file} does not list it)",
+                "change the ANA state of a listener of the fabric fabricqa provisioned (faults.ana_change)",
+            )
+        try:
+            states = self._states()
+        except (SpdkRpcError, SpdkUnreachable) as exc:
+            raise self._refuse(f"the SPDK app cannot be asked ({exc.what})", exc.fix) from None
+        where = f"{self.address['traddr']}:{self.address['trsvcid']}"
+        for nqn in self.nqns:
+            if nqn not in states:
+                raise self._refuse(f"{nqn} has no listener {where}", "inject the fault while the fabric is connected")
+            if not states[nqn]:
+                raise self._refuse(
+                    f"{nqn} reports no ANA state on {where} (made without ana_reporting)",
+                    "serve the target on several paths (targets[].paths: all): the driver then turns ANA reporting on",
+                )
+        seen = sorted({s for found in states.values() for s in found or ()})
+        if len(seen) != 1:
+            raise self._refuse(
+                f"the listener {where} is in several ANA states at once ({', '.join(seen)})",
+                "set them alike before faulting the listener",
+            )
+        if seen[0] == self.state:
+            raise self._refuse(f"the listener {where} is {seen[0]} already", "pick another state")
+        self.before = seen[0]
+        self.params = {
+            "nqns": list(self.nqns),
+            "listen_address": dict(self.address),
+            "state": self.state,
+            "before": self.before,
+            "socket": self.rpc.socket,
+            "mode": self.rpc.mode,
+            "timeout": self.rpc.timeout,
+        }
+
+    def _timed_calls(self, state: str) -> CommandResult:
+        """The state change for every subsystem in one command that then prints the host's clock."""
+        calls = self._calls(state)
+        result = self.host.run(
+            ["sh", "-c", TIMED, "sh", *self.rpc.argv(calls)], check=False, timeout=self.rpc.timeout + 30
+        )
+        body, _, when = result.stdout.rstrip("\n").rpartition("\n")
+        responses = self.rpc.responses(CommandResult(result.host, result.argv, result.exit_code, body, result.stderr))
+        for (method, params), response in zip(calls, responses + [{}] * (len(calls) - len(responses)), strict=True):
+            result_of(self.host.name, method, params or {}, response, "")
+        return CommandResult(result.host, result.argv, 0, when + "\n", result.stderr)
+
+    def _inject(self) -> CommandResult:
+        return self._timed_calls(self.state)
+
+    def _restore(self) -> CommandResult:
+        states = self._states()
+        if all(found is None or set(found) <= {self.before} for found in states.values()):
+            return self.host.run(["sh", "-c", CLOCK])  # back already, or the subsystems (with the app) are gone
+        return self._timed_calls(self.before)
+
+
 # -- the initiators' path timeouts -------------------------------------------------------------------------------
 
 # One line per NVMe-oF controller and per iSCSI session: what the timeouts are now. Recorded on the virtual lab
@@ -1049,6 +1184,7 @@ REGISTRY: dict[str, Callable[[LabModel, Host, str, Mapping[str, Any]], _Recorded
     AnaStateChange.kind: AnaStateChange.from_record,
     LioPortalDown.kind: LioPortalDown.from_record,
     SpdkListenerDown.kind: SpdkListenerDown.from_record,
+    SpdkAnaChange.kind: SpdkAnaChange.from_record,
     PathTimeouts.kind: PathTimeouts.from_record,
 }
 """Record kind -> how to rebuild the fault from its record (for :func:`restore_stale`)."""
@@ -1148,13 +1284,29 @@ def ana_change(
     state: str = "inaccessible",
     *,
     address: str | None = None,
-) -> AnaStateChange:
-    """The nvmet target ``target``'s port for ``protocol`` at ``address`` (default: the lab's portal) to ANA
-    ``state`` and back."""
+) -> AnaStateChange | SpdkAnaChange:
+    """The nvmet target ``target``'s port, or the SPDK target's listener, for ``protocol`` at ``address`` (default:
+    the lab's portal) to ANA ``state`` and back (SPDK spells non-optimized ``non_optimized``)."""
     model, host = _target(lab, hosts, target, protocol)
+    if model.kind == "spdk":
+        from pytest_fabricqa.targets.spdk import SpdkTarget
+
+        assert model.nvme is not None
+        spec = protocol_spec(protocol)
+        traddr = address or lab.target_address(model)
+        listen = {
+            "trtype": spec.transport.upper(),
+            "adrfam": "IPv6" if ":" in traddr else "IPv4",
+            "traddr": traddr,
+            "trsvcid": str(model.nvme.port),
+        }
+        rpc = SpdkTarget(lab, model, hosts).rpc()
+        return SpdkAnaChange(rpc, model.name_prefix, tuple(s.nqn for s in model.nvme.subsystems), listen, state)
     if model.kind != "nvmet":
         raise FaultRefused(
-            host.name, f"ANA state changes are nvmet's here, target {model.name} is {model.kind}", "use an nvmet target"
+            host.name,
+            f"ANA state changes are nvmet's and SPDK's here, target {model.name} is {model.kind}",
+            "use an nvmet or SPDK target",
         )
     assert model.nvme is not None
     traddr = address or lab.target_address(model)

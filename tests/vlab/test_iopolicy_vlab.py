@@ -6,6 +6,7 @@ complete on one. The subsystem goes with the teardown."""
 from __future__ import annotations
 
 import pytest
+from vlab_support import reads_per_path
 
 from pytest_fabricqa.initiators import nvme
 from pytest_fabricqa.initiators.paths import read_everywhere
@@ -14,27 +15,6 @@ from pytest_fabricqa.provision import connect_fabric, leftovers
 from pytest_fabricqa.transport.base import Host
 
 pytestmark = pytest.mark.vlab
-
-# Reads completed on each path device of a namespace head (/dev/nvmeXnY -> nvmeXcZnY), across a direct read of
-# 1,000 4 KiB blocks from the head. $1: the head's name.
-PATH_READS = r"""
-h=$1
-sub=${h%n*}
-ns=${h##*n}
-read_all() { for p in /sys/class/block/${sub}c*n$ns; do printf '%s %s\n' "${p##*/}" "$(awk '{print $1}' "$p/stat")"; done; }
-read_all
-dd if=/dev/$h of=/dev/null bs=4k count=1000 iflag=direct 2>/dev/null
-echo --
-read_all
-"""
-
-
-def path_reads(host: Host, device: str) -> dict[str, int]:
-    """Reads each path of ``device`` completed during the sample."""
-    before, after = host.run(["sh", "-c", PATH_READS, "sh", device.rsplit("/", 1)[-1]]).stdout.split("--\n")
-    counts = [{line.split()[0]: int(line.split()[1]) for line in part.splitlines() if line.strip()}
-              for part in (before, after)]  # fmt: skip
-    return {path: counts[1][path] - counts[0].get(path, 0) for path in counts[1]}
 
 
 def with_iopolicy(lab: LabModel, policy: str) -> LabModel:
@@ -60,10 +40,10 @@ def test_round_robin_set_by_the_lab_sends_reads_down_both_paths(
             assert policies == dict.fromkeys(fabric.export.subsystems, "round-robin"), host.name
         node = hosts["vnode1"]
         device = next(d.path for d in fabric.devices_on("vnode1") if d.subsystem == nqn)
-        spread = path_reads(node, device)
+        spread = reads_per_path(node, device)
         assert len(spread) == 2 and min(spread.values()) >= 300, spread  # ~500 each of 1,000
         nvme.set_iopolicy(node, nqn, "numa")  # the kernel's default: the nearest path takes it all
-        spread = path_reads(node, device)
+        spread = reads_per_path(node, device)
         assert sorted(spread.values())[0] <= 10 and sorted(spread.values())[1] >= 990, spread
     finally:
         fabric.teardown()

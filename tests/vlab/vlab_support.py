@@ -41,3 +41,33 @@ def make_lab(mutate: Callable[[dict[str, Any]], None] | None = None) -> LabModel
     if mutate is not None:
         mutate(data)
     return LabModel.model_validate(data)
+
+
+# Each native-multipath path device of a namespace head (/dev/nvmeXnY -> nvmeXcZnY): its name, ANA state, its
+# controller's traddr and the reads it has completed. $1: the head's name.
+PATHS_OF_HEAD = r"""
+h=$1
+sub=${h%n*}
+ns=${h##*n}
+for p in /sys/class/block/${sub}c*n$ns; do
+  n=${p##*/}
+  c=${n#${sub}c}
+  c=nvme${c%n*}
+  a=$(sed -n 's/.*traddr=\([^,]*\).*/\1/p' /sys/class/nvme/$c/address)
+  printf '%s %s %s %s\n' "$n" "$(cat "$p/ana_state" 2>/dev/null || echo -)" "$a" "$(awk '{print $1}' "$p/stat")"
+done
+"""
+
+
+def paths_of(host: Any, device: str) -> dict[str, tuple[str, str, int]]:
+    """Path device -> (ANA state, traddr, reads completed) for each path of the namespace head ``device``."""
+    out = host.run(["sh", "-c", PATHS_OF_HEAD, "sh", device.rsplit("/", 1)[-1]]).stdout
+    return {w[0]: (w[1], w[2], int(w[3])) for w in (line.split() for line in out.splitlines()) if len(w) == 4}
+
+
+def reads_per_path(host: Any, device: str, blocks: int = 1000) -> dict[str, int]:
+    """Reads each path of ``device`` completed while ``blocks`` 4 KiB blocks were read from it (direct I/O)."""
+    before = paths_of(host, device)
+    host.run(["dd", f"if={device}", "of=/dev/null", "bs=4k", f"count={blocks}", "iflag=direct"])
+    after = paths_of(host, device)
+    return {path: after[path][2] - before.get(path, after[path])[2] for path in after}

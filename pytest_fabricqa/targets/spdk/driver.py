@@ -207,7 +207,7 @@ class SpdkTarget(ConfigfsTarget):
             self._make_bdev(rpc, name, path, undo, state)
         address = plan.ports[0]
         for sub in plan.subsystems:
-            self._make_subsystem(rpc, sub, bdevs, undo, state)
+            self._make_subsystem(rpc, sub, bdevs, undo, state, ana=len(plan.ports) > 1)
             for port in plan.ports:  # a listener per path (paths: all), removed with the subsystem
                 self._step_rpc(
                     rpc,
@@ -345,8 +345,18 @@ class SpdkTarget(ConfigfsTarget):
         raise self._with_fix(error, f"check that {path} is a block device or file nvmf_tgt can open with O_DIRECT")
 
     def _make_subsystem(
-        self, rpc: RpcClient, sub: NvmetSubsystem, bdevs: Mapping[str, str], undo: UndoStack, state: dict[str, Any]
+        self,
+        rpc: RpcClient,
+        sub: NvmetSubsystem,
+        bdevs: Mapping[str, str],
+        undo: UndoStack,
+        state: dict[str, Any],
+        *,
+        ana: bool = False,
     ) -> None:
+        """One subsystem, its allowed hosts and namespaces. ``ana``: served on several paths, the subsystem reports
+        ANA (``ana_reporting``; each listener optimized until changed), so the initiators' native multipath follows
+        a listener's ANA state (:class:`pytest_fabricqa.faults.SpdkAnaChange`) as it follows nvmet's."""
         discard = undo.push(f"delete SPDK subsystem {sub.nqn}", partial(self._delete, "subsystem", sub.nqn))
         params = {
             "nqn": sub.nqn,
@@ -354,6 +364,8 @@ class SpdkTarget(ConfigfsTarget):
             "model_number": self.mark,
             "allow_any_host": sub.allow_any_host,
         }
+        if ana:
+            params["ana_reporting"] = True
         _, error = rpc.try_call("nvmf_create_subsystem", params)
         if error is not None:
             now = self.snapshot()
