@@ -12,6 +12,10 @@ the inaccessible port fails moves the I/O, so a few reads go first. The path dev
 (``nvmeXcZnY/stat``, read before and after fio) prove which path carried the reads: a path that did not (beyond
 a few retried reads) is a problem, not a figure.
 
+A LUN over several iSCSI/iSER portals is a dm-multipath map of one disk per path (``sdb``, ``sdc``), and each disk
+is a device of its own: a path is measured by reading that path's disk directly, every initiator at once
+(:func:`measure_member_paths`; read-only, beside the map, which keeps its own I/O). Nothing on the target changes.
+
 What a suite calls (``suites/test_failover.py``); no pytest here.
 """
 
@@ -31,7 +35,7 @@ from pytest_fabricqa.targets.base import UndoStack
 from pytest_fabricqa.thresholds import Thresholds
 from pytest_fabricqa.transport.base import Host
 
-__all__ = ["PARITY", "ParityResult", "imbalance", "measure_paths", "parity_problems"]
+__all__ = ["PARITY", "ParityResult", "imbalance", "measure_member_paths", "measure_paths", "parity_problems"]
 
 RUNTIME_S = 4
 SETTLE_S = 0.5
@@ -180,6 +184,60 @@ def measure_paths(
                     change.restore()
                 except faults.FaultError as exc:
                     result.problems.append(str(exc))
+        for name, outcome in runs.items():
+            if isinstance(outcome, BaseException):
+                result.problems.append(f"{name}: the run over path {path} failed: {outcome}")
+                continue
+            iops, problem = outcome
+            if problem is not None:
+                result.problems.append(problem)
+            elif iops is not None:
+                result.iops.setdefault(name, {})[path] = round(iops, 1)
+    return result
+
+
+def member_disks(host: Host, device: str) -> dict[str, str]:
+    """Target address -> the disk of that path (``/dev/sdb``) of the dm-multipath map ``device`` on ``host``: the
+    map's slaves, each with its iSCSI session's connection address (:data:`pytest_fabricqa.outage.ACTIVE_PATH`,
+    sampled for no time)."""
+    from pytest_fabricqa.outage import ACTIVE_PATH
+
+    found: dict[str, str] = {}
+    for line in host.run(["sh", "-c", ACTIVE_PATH, "sh", device, "0"]).stdout.splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 3 and parts[0] and not parts[0].startswith(("nvme", "dm-")):
+            found.setdefault(traddr_of(parts[2]), f"/dev/{parts[0]}")
+    return found
+
+
+def _one_disk(host: Host, disk: str | None, path: str) -> tuple[float | None, str | None]:
+    if disk is None:
+        return None, f"{host.name}: no disk of the multipath map goes over path {path}"
+    run = host.run(fio_argv(disk), check=False, timeout=RUNTIME_S + 120)
+    try:
+        result = parse_fio_output(run.stdout, host=host.name)
+    except FioOutputError as exc:
+        return None, f"{host.name}: fio on {disk} (path {path}) gave no report ({exc})"
+    if result.errors:
+        return None, f"{host.name}: fio on {disk} (path {path}) saw errors: {'; '.join(result.errors[:2])}"
+    return sum(job.read.iops for job in result.jobs), None
+
+
+def measure_member_paths(hosts: Sequence[Host], devices: Mapping[str, str], paths: Sequence[str]) -> ParityResult:
+    """Each of ``paths`` (portal addresses) alone for a dm-multipath map per host (``devices[host]``): the map's
+    disk over that path read by :func:`fio_argv` on every host at once. Per host and path the read IOPS; a path
+    without a disk, or a failed run, is a problem instead of a figure."""
+    result = ParityResult()
+    members = each(hosts, lambda h: member_disks(h, devices[h.name]), check=False)
+
+    def over(path: str, host: Host) -> tuple[float | None, str | None]:
+        disks = members[host.name]
+        if isinstance(disks, BaseException):
+            return None, f"{host.name}: the map's disks could not be read: {disks}"
+        return _one_disk(host, disks.get(path), path)
+
+    for path in paths:
+        runs = each(hosts, partial(over, path), check=False)
         for name, outcome in runs.items():
             if isinstance(outcome, BaseException):
                 result.problems.append(f"{name}: the run over path {path} failed: {outcome}")

@@ -7,10 +7,11 @@ logs its IOPS every 100 ms; paths go down on every initiator at once and come ba
   carries the I/O (the NVMe multipath path device that completes it) down for ``failover.one_path_down_s``
   while the other paths stay up. The I/O must move to a remaining path while it is down, with no I/O error and
   no verify error; the stall (how long the initiator took to give the path up) is gated by ``max_stall_s``.
-- ``path-parity`` (``test_paths_carry_alike``, nvmet serving several paths): each path alone carries a short
-  read-only fio on every initiator at once (every other path's port ANA-inaccessible; the path devices' counters
-  prove which path carried the reads), and the slowest path may be at most ``max_path_imbalance_pct`` below the
-  fastest: the Windows HLK multiport rule (10% there).
+- ``path-parity`` (``test_paths_carry_alike``, a target serving several paths): each path alone carries a short
+  read-only fio on every initiator at once (NVMe: every other path's port ANA-inaccessible, the path devices'
+  counters proving which path carried the reads; iSCSI/iSER: the dm-multipath map's disk over that path), and
+  the slowest path may be at most ``max_path_imbalance_pct`` below the fastest: the Windows HLK multiport rule
+  (10% there).
 - ``ana-inaccessible`` and ``target-port-down`` (``test_path_away_on_the_target``, a target serving several
   paths): the target port carrying the first initiator's I/O goes away for ``one_path_down_s`` -- its ANA group
   inaccessible (nvmet's port, SPDK's listener), or the port itself unlinked (nvmet), its listener removed (SPDK), or its portal removed
@@ -107,14 +108,17 @@ def test_paths_carry_alike(
     lab: LabModel, lab_target: TargetModel, protocol: str, fabric: Fabric, lab_hosts: dict[str, Host],
     fabricqa_report: Any, request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
-    """Each path alone carries a short read-only fio on every initiator at once (every other path's target port
-    made ANA-inaccessible, the path devices' counters proving which path carried it), and no path is more than the
-    lab's ``max_path_imbalance_pct`` slower than the fastest: the Windows HLK multiport rule (see the module)."""
+    """Each path alone carries a short read-only fio on every initiator at once (NVMe: every other path's target
+    port made ANA-inaccessible, the path devices' counters proving which path carried it; SCSI: the dm-multipath
+    map's disk over that path read directly), and no path is more than the lab's ``max_path_imbalance_pct`` slower
+    than the fastest: the Windows HLK multiport rule (see the module)."""
     paths = fabric.export.addresses
-    if lab_target.kind != "nvmet" or len(paths) < 2:
+    scsi = protocol_spec(protocol).family == "scsi"
+    if len(paths) < 2 or not (scsi or lab_target.kind in TARGET_SIDE[og.ANA]):
         pytest.skip(
-            f"{protocol}-{fabric.target}: paths are measured one by one through ANA changes, on nvmet targets serving "
-            f"several paths (targets[].paths: all); this one is {lab_target.kind} on {len(paths)} path(s)"
+            f"{protocol}-{fabric.target}: paths are measured one by one over several paths (targets[].paths: all), "
+            f"NVMe ones through ANA changes ({' and '.join(TARGET_SIDE[og.ANA])}); this one is {lab_target.kind} on "
+            f"{len(paths)} path(s)"
         )
     devices = ig.shared_devices(fabric.devices)  # the load-carrying device, by each initiator's path to it
     if not devices:
@@ -124,10 +128,13 @@ def test_paths_carry_alike(
     hosts = ig.hosts_by_name(lab_hosts, names)
     undo = UndoStack()
     try:
-        result = parity.measure_paths(
-            hosts, device.paths, paths,
-            lambda address: faults.ana_change(lab, lab_hosts, lab_target.name, protocol, address=address), undo,
-        )  # fmt: skip
+        if scsi:
+            result = parity.measure_member_paths(hosts, device.paths, paths)
+        else:
+            result = parity.measure_paths(
+                hosts, device.paths, paths,
+                lambda address: faults.ana_change(lab, lab_hosts, lab_target.name, protocol, address=address), undo,
+            )  # fmt: skip
     finally:
         failed_undo = undo.unwind()
     limits = thresholds_for(lab.thresholds_table(), protocol, parity.PARITY)

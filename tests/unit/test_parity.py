@@ -10,7 +10,7 @@ from typing import Any
 
 from fakes import Answer, ScriptedHost
 
-from pytest_fabricqa import parity
+from pytest_fabricqa import outage, parity
 from pytest_fabricqa.lab import load_lab
 from pytest_fabricqa.targets.base import UndoStack
 from pytest_fabricqa.thresholds import Thresholds
@@ -165,3 +165,46 @@ def test_a_few_reads_retried_on_another_path_are_tolerated_and_more_are_not() ->
     host.stray = 40
     problems = measure(fabric, [host]).problems
     assert len(problems) == 2 and "completions per path" in problems[0]
+
+
+# -- dm-multipath: each path's disk read directly ------------------------------------------------------------------
+
+
+class MapInitiator(ScriptedHost):
+    """An initiator whose dm-multipath map holds sda (over 10.10.10.19) and sdb (over 10.10.20.19), as ACTIVE_PATH
+    lists them on vnode1 (tests/unit/test_outage.py runs that script for real on such a layout)."""
+
+    def __init__(self, name: str, listing: str | None = None) -> None:
+        super().__init__(name)
+        self.listing = listing
+        self.read: list[str] = []
+
+    def answer(self, argv: tuple[str, ...]) -> Answer:
+        if argv[:3] == ("sh", "-c", outage.ACTIVE_PATH):
+            assert argv[4:] == ("/dev/mapper/36001405", "0")
+            if self.listing is not None:
+                return self.listing
+            return "sda\t0\ttraddr=10.10.10.19,trsvcid=3260\nsdb\t0\ttraddr=10.10.20.19,trsvcid=3260\n"
+        if argv[0] == "fio":
+            disk = next(a.split("=", 1)[1] for a in argv if a.startswith("--filename="))
+            assert "--readonly" in argv
+            self.read.append(disk)
+            return FIO
+        return None
+
+
+def test_each_path_of_a_map_is_its_own_disk_read_directly_every_host_at_once() -> None:
+    hosts = [MapInitiator("vnode1"), MapInitiator("vnode2")]
+    result = parity.measure_member_paths(hosts, {h.name: "/dev/mapper/36001405" for h in hosts}, PATHS)
+    assert result.problems == []
+    assert result.iops == {h: {PATHS[0]: 574345.2, PATHS[1]: 574345.2} for h in ("vnode1", "vnode2")}
+    assert [h.read for h in hosts] == [["/dev/sda", "/dev/sdb"]] * 2  # path by path, read-only
+    assert parity.imbalance(result) == {"vnode1": 0.0, "vnode2": 0.0}
+
+
+def test_a_path_without_a_disk_in_the_map_is_a_problem_not_a_figure() -> None:
+    one = MapInitiator("vnode1", "sda\t0\ttraddr=10.10.10.19,trsvcid=3260\n")
+    result = parity.measure_member_paths([one], {"vnode1": "/dev/mapper/36001405"}, PATHS)
+    assert result.problems == [f"vnode1: no disk of the multipath map goes over path {PATHS[1]}"]
+    assert result.iops == {"vnode1": {PATHS[0]: 574345.2}}
+    assert parity.imbalance(result) == {}
