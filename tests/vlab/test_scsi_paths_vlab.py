@@ -3,7 +3,7 @@ multipathd makes one map of each LUN's two disks, and the connectivity suite's m
 answering, each map holding one active path per portal, queueing as the lab says); the teardown leaves nothing.
 
 On the lab the main job runs SCST and tgt on one path (CI time: labs/vlab.yaml); this is where their several
-paths are proven, over iSCSI and over iSER (seed 000's transport for SCST)."""
+paths are proven."""
 
 from __future__ import annotations
 
@@ -32,7 +32,9 @@ def _both_paths(kind: str) -> Callable[[dict[str, Any]], None]:
     return mutate
 
 
-@pytest.mark.parametrize(("kind", "protocol"), [("scst", "iscsi"), ("scst", "iser"), ("tgt", "iscsi"), ("tgt", "iser")])
+# Each kind once, each transport once (CI time: a fabric over two paths costs ~1 min here): SCST over iSER, seed
+# 000's pairing, and tgt over iSCSI; their other transport logs in through the same portals code.
+@pytest.mark.parametrize(("kind", "protocol"), [("scst", "iser"), ("tgt", "iscsi")])
 def test_each_lun_is_one_map_of_a_disk_per_portal(
     vlab: tuple[LabModel, dict[str, Host], dict[str, str]], kind: str, protocol: str
 ) -> None:
