@@ -21,7 +21,10 @@ from pytest_fabricqa.transport.base import CommandError, Host
 # numbers since 2.0-872, 2011, so on every RHEL/Oracle Linux 6+ host). Only the ones this module acts on.
 ISCSI_ERR_NOMEM = 3  # could not allocate: a real failure, never "nothing there"
 ISCSI_ERR_IDBM = 6  # the record database: also what `-m iface -I NAME` returns when NAME has no record
+ISCSI_ERR_FATAL_LOGIN = 19  # "encountered non-retryable iSCSI login failure": iscsiadm itself gives up
 ISCSI_ERR_NO_OBJS_FOUND = 21  # no records/targets/sessions/portals to act on: not an error for undo
+DISCOVERY_TRIES = 3
+DISCOVERY_PAUSE_S = 2.0
 
 SYSFS_SCRIPT = r"""
 for s in /sys/class/iscsi_session/session*; do
@@ -157,12 +160,19 @@ def iface_exists(host: Host, iface: str) -> bool:
 
 
 def discover(host: Host, address: str, port: int, iface: str) -> list[DiscoveredTarget]:
-    """SendTargets discovery at the portal through ``iface``; node records are created for what it finds."""
-    result = host.run(
-        ["iscsiadm", "-m", "discovery", "-t", "st", "-p", portal_name(address, port), "-I", iface],
-        check=False,
-        timeout=180,
-    )
+    """SendTargets discovery at the portal through ``iface``; node records are created for what it finds.
+
+    A discovery login the target refused outright is tried again, :data:`DISCOVERY_TRIES` times in all,
+    :data:`DISCOVERY_PAUSE_S` apart: SCST's iscsi-scstd over iSER refused one of two initiators' discovery logins
+    made at the same moment as their sessions were being freed (CI, 2026-12-02: the iSER connection established
+    on vstor, no session, "non-retryable iSCSI login failure" on vnode1; the other initiator's went through). A
+    refusal that lasts (an ACL, CHAP) is still the same one line after the last try."""
+    argv = ["iscsiadm", "-m", "discovery", "-t", "st", "-p", portal_name(address, port), "-I", iface]
+    for attempt in range(1, DISCOVERY_TRIES + 1):
+        result = host.run(argv, check=False, timeout=180)
+        if result.exit_code != ISCSI_ERR_FATAL_LOGIN or attempt == DISCOVERY_TRIES:
+            break
+        time.sleep(DISCOVERY_PAUSE_S)
     if result.exit_code == ISCSI_ERR_NO_OBJS_FOUND:
         return []  # "No portals found": the portal answered and exports nothing to this initiator
     if not result.ok:

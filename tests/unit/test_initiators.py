@@ -222,3 +222,25 @@ def test_sysfs_script_on_a_multipath_kernel_prints_what_it_recorded_on_the_virtu
         ["sh", "-c", nvme.SYSFS_SCRIPT, "sh", str(tmp_path)], capture_output=True, text=True, check=True
     )
     assert out.stdout == (DATA / "nvme-sysfs-tcp.txt").read_text()
+
+
+REFUSED = "iscsiadm: Could not perform SendTargets discovery: encountered non-retryable iSCSI login failure\n"
+
+
+def test_a_discovery_login_refused_once_is_tried_again_and_a_lasting_refusal_still_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The refusal's text and exit code (19) as iscsiadm printed them on vnode1 in CI (2026-12-02, SCST over iSER)."""
+    monkeypatch.setattr(iscsi, "DISCOVERY_PAUSE_S", 0.0)
+    answers = [(19, "", REFUSED), (0, (DATA / "iscsiadm-discovery.txt").read_text(), "")]
+    host = ScriptedHost("vnode1", lambda argv: answers.pop(0))
+    (target,) = iscsi.discover(host, "10.10.10.19", 3260, "fabricqa_iser")
+    assert target.iqn == IQN and len(host.commands) == 2
+    refusing = ScriptedHost("vnode1", lambda argv: (19, "", REFUSED))
+    with pytest.raises(CommandError, match="non-retryable iSCSI login failure"):
+        iscsi.discover(refusing, "10.10.10.19", 3260, "fabricqa_iser")
+    assert len(refusing.commands) == iscsi.DISCOVERY_TRIES
+    elsewhere = ScriptedHost("vnode1", lambda argv: (4, "", "iscsiadm: cannot make connection to 10.10.10.19\n"))
+    with pytest.raises(CommandError):
+        iscsi.discover(elsewhere, "10.10.10.19", 3260, "fabricqa_iser")
+    assert len(elsewhere.commands) == 1  # other failures are iscsiadm's own to retry, and were
