@@ -62,6 +62,9 @@ class FaultHost(ScriptedHost):
         self.ana = "optimized"
         self.portals: dict[str, str] = {PORTAL: "1"}  # LIO portal -> iser
         self.listening = True
+        self.spdk_ana = "optimized"  # 10.10.10.19's ANA state on the SPDK app
+        self.spdk_ana_reporting = True
+        self.spdk_ana_sets: list[str] = []
         self.fail: set[str] = set()
         self.events: list[tuple[str, dict[str, Any]]] = []
         self.lenient = lenient
@@ -149,12 +152,13 @@ class FaultHost(ScriptedHost):
         if argv[:3] == ("python3", "-c", CLIENT_SCRIPT):
             return self._rpc(argv)
         if script == faults.TIMED and argv[4:7] == ("python3", "-c", CLIENT_SCRIPT):
-            (method, _), *_ = json.loads(argv[-1])
-            failed = self._event("break" if "remove" in method else "restore", method)
+            (method, params), *_ = json.loads(argv[-1])
+            breaks = "remove" in method or (params or {}).get("ana_state") == "inaccessible"
+            failed = self._event("break" if breaks else "restore", method)
             if failed is not None:
                 return failed
             reply = self._rpc(argv[4:])
-            return (reply if isinstance(reply, str) else "") + "\n" + (T_DOWN if "remove" in method else T_UP) + "\n"
+            return (reply if isinstance(reply, str) else "") + "\n" + (T_DOWN if breaks else T_UP) + "\n"
         if script == faults.CLOCK:
             return T_UP + "\n"
         return "" if self.lenient else None
@@ -172,6 +176,18 @@ class FaultHost(ScriptedHost):
                 responses.append({"jsonrpc": "2.0", "id": 1, "result": True})
             elif method == "nvmf_subsystem_add_listener":
                 self.listening = True
+                responses.append({"jsonrpc": "2.0", "id": 1, "result": True})
+            elif method == "nvmf_subsystem_get_listeners":
+                # Recorded on the lab: the listeners of a subsystem made with ana_reporting, 10.10.10.19's
+                # optimized or inaccessible (tests/data/spdk/README.md); without ANA reporting, no ana_states.
+                name = "ana" if self.spdk_ana == "optimized" else "ana_inaccessible"
+                listeners = json.loads((DATA / "spdk" / f"nvmf_subsystem_get_listeners_{name}.json").read_text())
+                if not self.spdk_ana_reporting:
+                    listeners = [{"address": item["address"]} for item in listeners]
+                responses.append({"jsonrpc": "2.0", "id": 1, "result": listeners})
+            elif method == "nvmf_subsystem_listener_set_ana_state":
+                self.spdk_ana = _params["ana_state"]
+                self.spdk_ana_sets.append(_params["nqn"])
                 responses.append({"jsonrpc": "2.0", "id": 1, "result": True})
         return json.dumps({"responses": responses})
 
@@ -339,6 +355,58 @@ def test_spdk_listener_is_removed_and_added_back_through_the_rpc_client() -> Non
     assert not host.listening and [what for what, _ in host.events] == ["break"]
     assert undo.unwind() == [] and host.listening and host.records() == {}
     assert fault.restore() == float(T_UP)  # listening again: nothing to add
+
+
+SPDK_ANA_ADDRESS = {"trtype": "TCP", "adrfam": "IPv4", "traddr": "10.10.10.19", "trsvcid": "4420"}
+
+
+def spdk_ana_fault(host: FaultHost, nqns: tuple[str, ...] = ("nqn.2026-11.io.fabricqa:spdk-rec",)) -> Any:
+    owned(host, "spdk", {"kind": "spdk", "socket": "/var/tmp/spdk.sock", "subsystems": list(nqns), "bdevs": []})
+    from pytest_fabricqa.targets.spdk.jsonrpc import RpcClient
+
+    return faults.SpdkAnaChange(RpcClient(host, "/var/tmp/spdk.sock"), "fabricqa", nqns, SPDK_ANA_ADDRESS)
+
+
+def test_spdk_listener_goes_inaccessible_for_every_group_and_back_to_what_it_was() -> None:
+    host = FaultHost("vstor")
+    fault = spdk_ana_fault(host)
+    undo = UndoStack()
+    assert fault.inject(undo) == float(T_DOWN)
+    assert host.spdk_ana == "inaccessible" and [what for what, _ in host.events] == ["break"]
+    record = host.events[0][1]["spdk-ana:TCP:10.10.10.19:4420"]
+    assert record["params"]["before"] == "optimized" and record["params"]["nqns"] == [
+        "nqn.2026-11.io.fabricqa:spdk-rec"
+    ]
+    assert undo.unwind() == [] and host.spdk_ana == "optimized" and host.records() == {}
+    assert fault.restore() == float(T_UP)  # optimized again: nothing to set
+
+
+def test_spdk_ana_is_refused_without_ana_reporting_and_when_the_state_is_there_already() -> None:
+    host = FaultHost("vstor")
+    host.spdk_ana_reporting = False
+    with pytest.raises(
+        faults.FaultRefused, match=r"reports no ANA state on 10\.10\.10\.19:4420 \(made without ana_rep"
+    ):
+        spdk_ana_fault(host).inject(UndoStack())
+    host = FaultHost("vstor")
+    host.spdk_ana = "inaccessible"
+    with pytest.raises(faults.FaultRefused, match=r"the listener 10\.10\.10\.19:4420 is inaccessible already"):
+        spdk_ana_fault(host).inject(UndoStack())
+    assert host.events == [] and host.records() == {}
+    with pytest.raises(faults.FaultRefused, match=r"not made by fabricqa"):
+        faults.SpdkAnaChange(
+            spdk_ana_fault(FaultHost("vstor")).rpc, "fabricqa", ("nqn.2003-01.org.example:foreign",), SPDK_ANA_ADDRESS
+        ).inject(UndoStack())
+
+
+def test_a_killed_runs_spdk_ana_change_is_rebuilt_from_its_record() -> None:
+    host = FaultHost("vstor")
+    spdk_ana_fault(host).inject(UndoStack())  # the run is killed here
+    (record,) = host.records().values()
+    fault = faults.REGISTRY[record["kind"]](lab(), host, "fabricqa", record)
+    assert isinstance(fault, faults.SpdkAnaChange) and fault.before == "optimized"
+    fault.restore()
+    assert host.spdk_ana == "optimized" and host.records() == {}
 
 
 # -- a killed run -----------------------------------------------------------------------------------------------------

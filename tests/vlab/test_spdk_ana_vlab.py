@@ -26,6 +26,7 @@ def _spdk_on_both_paths(data: dict[str, Any]) -> None:
     spdk = next(t for t in data["targets"] if t["kind"] == "spdk")
     spdk["paths"] = "all"
     data["targets"] = [spdk]
+    data["protocols"] = spdk["protocols"]
 
 
 def _wait_for_state(host: Host, device: str, traddr: str, state: str, timeout_s: float = 20.0) -> dict[str, Any]:

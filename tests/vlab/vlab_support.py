@@ -53,7 +53,7 @@ for p in /sys/class/block/${sub}c*n$ns; do
   n=${p##*/}
   c=${n#${sub}c}
   c=nvme${c%n*}
-  a=$(sed -n 's/.*traddr=\([^,]*\).*/\1/p' /sys/class/nvme/$c/address)
+  a=$(sed -n 's/^traddr=\([^,]*\).*/\1/p' /sys/class/nvme/$c/address)
   printf '%s %s %s %s\n' "$n" "$(cat "$p/ana_state" 2>/dev/null || echo -)" "$a" "$(awk '{print $1}' "$p/stat")"
 done
 """
