@@ -769,6 +769,11 @@ class PortOff:
 # -- SPDK --------------------------------------------------------------------------------------------------------
 
 
+def _recorded_rpc(host: Host, params: Mapping[str, Any]) -> RpcClient:
+    """The JSON-RPC client an SPDK fault's record names (socket, mode, timeout), to restore it."""
+    return RpcClient(host, str(params["socket"]), str(params["mode"]), float(params["timeout"]))
+
+
 class SpdkListenerDown(_RecordedFault):
     """An SPDK subsystem's listener removed, then added again: ``nvmf_subsystem_remove_listener`` and
     ``nvmf_subsystem_add_listener`` with the same ``listen_address``, through the driver's JSON-RPC client.
@@ -793,8 +798,7 @@ class SpdkListenerDown(_RecordedFault):
     def from_record(cls, lab: LabModel, host: Host, name_prefix: str, record: Mapping[str, Any]) -> SpdkListenerDown:
         """The fault a record describes, to restore it."""
         params = record["params"]
-        rpc = RpcClient(host, str(params["socket"]), str(params["mode"]), float(params["timeout"]))
-        fault = cls(rpc, name_prefix, str(params["nqn"]), params["listen_address"])
+        fault = cls(_recorded_rpc(host, params), name_prefix, str(params["nqn"]), params["listen_address"])
         fault.params = dict(params)
         return fault
 
@@ -899,7 +903,7 @@ class SpdkAnaChange(SpdkListenerDown):
     def from_record(cls, lab: LabModel, host: Host, name_prefix: str, record: Mapping[str, Any]) -> SpdkAnaChange:
         """The fault a record describes, to restore it."""
         params = record["params"]
-        rpc = RpcClient(host, str(params["socket"]), str(params["mode"]), float(params["timeout"]))
+        rpc = _recorded_rpc(host, params)
         fault = cls(rpc, name_prefix, tuple(params["nqns"]), params["listen_address"], str(params["state"]))
         fault.before = str(params["before"])
         fault.params = dict(params)

@@ -132,14 +132,10 @@ def _one_path(host: Host, device: str, path: str, ana_wait_s: float) -> tuple[fl
     # so that the failover is behind us before anything is counted.
     host.run(["sh", "-c", PRIME, "sh", device], check=False, timeout=120)
     before = parse_path_counts(host.run(["sh", "-c", PATH_COUNTS, "sh", device]).stdout)
-    run = host.run(fio_argv(device), check=False, timeout=RUNTIME_S + 120)
+    iops, problem = _read_iops(host, device, f"fio over path {path}")
     after = parse_path_counts(host.run(["sh", "-c", PATH_COUNTS, "sh", device]).stdout)
-    try:
-        result = parse_fio_output(run.stdout, host=host.name)
-    except FioOutputError as exc:
-        return None, f"{host.name}: fio over path {path} gave no report ({exc})"
-    if result.errors:
-        return None, f"{host.name}: fio over path {path} saw errors: {'; '.join(result.errors[:2])}"
+    if problem is not None:
+        return None, problem
     moved = carried_by(before, after)
     others = sum(n for a, n in moved.items() if a != path)
     if moved.get(path, 0) <= 0 or others > max(STRAY, moved[path] // 100):
@@ -148,7 +144,7 @@ def _one_path(host: Host, device: str, path: str, ana_wait_s: float) -> tuple[fl
             f"{host.name}: with only {path} usable the reads did not go over it (completions per path: {shown}); "
             "the ANA change did not steer the I/O"
         )
-    return sum(job.read.iops for job in result.jobs), None
+    return iops, None
 
 
 def _measure(
@@ -184,16 +180,23 @@ def measure_paths(
                     change.restore()
                 except faults.FaultError as exc:
                     result.problems.append(str(exc))
-        for name, outcome in runs.items():
-            if isinstance(outcome, BaseException):
-                result.problems.append(f"{name}: the run over path {path} failed: {outcome}")
-                continue
-            iops, problem = outcome
-            if problem is not None:
-                result.problems.append(problem)
-            elif iops is not None:
-                result.iops.setdefault(name, {})[path] = round(iops, 1)
+        _collect(result, path, runs)
     return result
+
+
+def _collect(
+    result: ParityResult, path: str, runs: Mapping[str, tuple[float | None, str | None] | BaseException]
+) -> None:
+    """Each host's run over ``path`` into ``result``: its IOPS, or its problem."""
+    for name, outcome in runs.items():
+        if isinstance(outcome, BaseException):
+            result.problems.append(f"{name}: the run over path {path} failed: {outcome}")
+            continue
+        iops, problem = outcome
+        if problem is not None:
+            result.problems.append(problem)
+        elif iops is not None:
+            result.iops.setdefault(name, {})[path] = round(iops, 1)
 
 
 def member_disks(host: Host, device: str) -> dict[str, str]:
@@ -213,13 +216,18 @@ def member_disks(host: Host, device: str) -> dict[str, str]:
 def _one_disk(host: Host, disk: str | None, path: str) -> tuple[float | None, str | None]:
     if disk is None:
         return None, f"{host.name}: no disk of the multipath map goes over path {path}"
-    run = host.run(fio_argv(disk), check=False, timeout=RUNTIME_S + 120)
+    return _read_iops(host, disk, f"fio on {disk} (path {path})")
+
+
+def _read_iops(host: Host, device: str, what: str) -> tuple[float | None, str | None]:
+    """:func:`fio_argv` on ``device``: its read IOPS, or the problem (``what`` names the run in it)."""
+    run = host.run(fio_argv(device), check=False, timeout=RUNTIME_S + 120)
     try:
         result = parse_fio_output(run.stdout, host=host.name)
     except FioOutputError as exc:
-        return None, f"{host.name}: fio on {disk} (path {path}) gave no report ({exc})"
+        return None, f"{host.name}: {what} gave no report ({exc})"
     if result.errors:
-        return None, f"{host.name}: fio on {disk} (path {path}) saw errors: {'; '.join(result.errors[:2])}"
+        return None, f"{host.name}: {what} saw errors: {'; '.join(result.errors[:2])}"
     return sum(job.read.iops for job in result.jobs), None
 
 
@@ -238,15 +246,7 @@ def measure_member_paths(hosts: Sequence[Host], devices: Mapping[str, str], path
 
     for path in paths:
         runs = each(hosts, partial(over, path), check=False)
-        for name, outcome in runs.items():
-            if isinstance(outcome, BaseException):
-                result.problems.append(f"{name}: the run over path {path} failed: {outcome}")
-                continue
-            iops, problem = outcome
-            if problem is not None:
-                result.problems.append(problem)
-            elif iops is not None:
-                result.iops.setdefault(name, {})[path] = round(iops, 1)
+        _collect(result, path, runs)
     return result
 
 
