@@ -116,13 +116,16 @@ def test_a_run_interrupted_with_sigint_undoes_itself(
     vlab: tuple[LabModel, dict[str, Host], dict[str, str]], protocol: str, where: str
 ) -> None:
     """Ctrl-C: connect_fabric unwinds before the exception leaves it. Initiators connect in worker threads,
-    so an interrupt there waits for the step in flight (here a 15 s stall) to finish, then undoes it too."""
+    so an interrupt there waits for the step in flight (here a 45 s stall) to finish, then undoes it too."""
     lab, hosts, ssh = vlab
-    child = _start_half_made(lab, ssh, protocol, where, stall=15)
+    # The stall must outlast the leftovers listing below: at 15 s, on a loaded CI host, the child woke up, finished
+    # connecting and exited cleanly before the SIGINT came (empty stderr; fresh-clone run of 5e17a60).
+    child = _start_half_made(lab, ssh, protocol, where, stall=45)
     try:
         assert leftovers(lab, hosts), "nothing was made before the interrupt"
+        assert child.poll() is None, "the child finished before the interrupt: the stall was too short"
         child.send_signal(signal.SIGINT)
-        _, stderr = child.communicate(timeout=120)
+        _, stderr = child.communicate(timeout=150)
     finally:
         if child.poll() is None:  # never leave a stalled child behind to wake up and provision later
             child.kill()
@@ -208,14 +211,30 @@ def test_objects_we_did_not_create_are_never_touched(vlab: tuple[LabModel, dict[
             fabric.teardown()
         assert cleanup_stale(lab, hosts) == []
         assert leftovers(lab, hosts) == []
-        assert (_sh(vstor, NVMET_SNAPSHOT), _sh(vstor, LIO_SNAPSHOT)) == before
+        after = _sh(vstor, NVMET_SNAPSHOT), _sh(vstor, LIO_SNAPSHOT)
+        # Line by line, so that a failure says what changed (CI of 5e17a60 failed here once, its diff truncated;
+        # the test passed on a freshly booted lab right after).
+        changed = [
+            f"{'-' if line in old.splitlines() else '+'} {line}"
+            for old, new in zip(before, after, strict=True)
+            for line in sorted(set(old.splitlines()) ^ set(new.splitlines()))
+        ]
+        assert after == before, "\n".join(changed) or "the same lines in another order"
 
         # The lab's own subsystem and target names, taken by someone else: one line, and they stay.
         vstor.run(["mkdir", f"/sys/kernel/config/nvmet/subsystems/{RAM_NQN}", f"/sys/kernel/config/target/iscsi/{IQN}"])
         before = _sh(vstor, NVMET_SNAPSHOT), _sh(vstor, LIO_SNAPSHOT)
         assert "already exists and was not created by fabricqa" in _one_line_error(lab, "nvme-tcp", hosts)
         assert "already exists and was not created by fabricqa" in _one_line_error(lab, "iscsi", hosts)
-        assert (_sh(vstor, NVMET_SNAPSHOT), _sh(vstor, LIO_SNAPSHOT)) == before
+        after = _sh(vstor, NVMET_SNAPSHOT), _sh(vstor, LIO_SNAPSHOT)
+        # Line by line, so that a failure says what changed (CI of 5e17a60 failed here once, its diff truncated;
+        # the test passed on a freshly booted lab right after).
+        changed = [
+            f"{'-' if line in old.splitlines() else '+'} {line}"
+            for old, new in zip(before, after, strict=True)
+            for line in sorted(set(old.splitlines()) ^ set(new.splitlines()))
+        ]
+        assert after == before, "\n".join(changed) or "the same lines in another order"
     finally:
         _sh(vstor, SAME_NAMES_REMOVE, *names)
         _sh(vstor, FOREIGN_REMOVE, FOREIGN_NQN, FOREIGN_IQN)
