@@ -1227,6 +1227,20 @@ def _target(lab: LabModel, hosts: Mapping[str, Host], target: str, protocol: str
     return model, hosts[model.host]
 
 
+def _port_link(lab: LabModel, host: Host, name_prefix: str, traddr: str) -> LinkDown:
+    """The link fault (``failover.outage_by``) of the target host's storage port that carries ``traddr``."""
+    hosted = lab.hosts.get(host.name)
+    interface = next((p.interface for p in (hosted.storage if hosted else ()) if str(p.address) == traddr), None)
+    if interface is None:
+        raise FaultRefused(
+            host.name,
+            f"{traddr} is not the address of a storage port of {host.name} in the lab: the sessions through it "
+            "could not be broken",
+            f"serve the portal on one of hosts.{host.name}.storage's addresses",
+        )
+    return link_outage(lab, host, name_prefix, interface)
+
+
 def target_port_down(
     lab: LabModel,
     hosts: Mapping[str, Host],
@@ -1238,7 +1252,8 @@ def target_port_down(
 ) -> NvmetPortDown | PortOff | SpdkListenerDown:
     """The fault that takes target ``target``'s port for ``protocol`` away (at ``address``:``port``, by default
     the lab's portal): nvmet's port unlinked, LIO's portal removed together with its storage port's traffic
-    (:class:`PortOff`), SPDK's listener removed."""
+    (:class:`PortOff`), SCST's and tgt's storage port's traffic gone (their daemons listen on whatever is left),
+    SPDK's listener removed."""
     model, host = _target(lab, hosts, target, protocol)
     spec = protocol_spec(protocol)
     traddr = address or lab.target_address(model)
@@ -1249,17 +1264,12 @@ def target_port_down(
     if model.kind == "lio":
         assert model.iscsi is not None
         portal = LioPortalDown(host, model.name_prefix, model.iscsi.iqn, portal_name(traddr, port or model.iscsi.port))
-        hosted = lab.hosts.get(host.name)
-        interface = next((p.interface for p in (hosted.storage if hosted else ()) if str(p.address) == traddr), None)
-        if interface is None:
-            raise FaultRefused(
-                host.name,
-                f"{traddr} is not the address of a storage port of {host.name} in the lab: the portal's live sessions "
-                "could not be broken",
-                f"serve the portal on one of hosts.{host.name}.storage's addresses",
-            )
-        link = link_outage(lab, host, model.name_prefix, interface)
+        link = _port_link(lab, host, model.name_prefix, traddr)
         return PortOff(f"{portal.name} and {link.name}", [portal, link])
+    if model.kind in ("scst", "tgt"):
+        # Their daemons keep listening whatever happens to one address; the port's traffic is what goes.
+        link = _port_link(lab, host, model.name_prefix, traddr)
+        return PortOff(link.name, [link])
     if model.kind == "spdk":
         from pytest_fabricqa.targets.spdk import SpdkTarget
 
@@ -1276,7 +1286,7 @@ def target_port_down(
     raise FaultRefused(
         host.name,
         f"no port fault for {model.kind} targets yet (target {model.name})",
-        "fault an initiator's link (faults.link_down), or use an nvmet, LIO or SPDK target",
+        "fault an initiator's link (faults.link_down), or use a target kind fabricqa provisions",
     )
 
 

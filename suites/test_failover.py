@@ -16,7 +16,8 @@ logs its IOPS every 100 ms; paths go down on every initiator at once and come ba
   paths): the target port carrying the first initiator's I/O goes away for ``one_path_down_s`` -- its ANA group
   inaccessible (nvmet's port, SPDK's listener), or the port itself unlinked (nvmet), its listener removed (SPDK), or its portal removed
   and the target host's storage port carrying it dropping every frame (LIO: removing the portal alone leaves the
-  sessions logged in through it running) -- then back. The initiators must move their I/O to another path while
+  sessions logged in through it running; SCST and tgt: that storage port dropping every frame, their daemons
+  listening on whatever address is left) -- then back. The initiators must move their I/O to another path while
   it is away, with no error. After an ANA change nothing is disconnected, so the stall is the host's reaction
   alone; a port taken away costs the detection of a dead path (for iSCSI/iSER under dm-multipath, the nop-out
   timeouts and recovery_tmo, as for a path's link).
@@ -81,7 +82,7 @@ def test_one_path_down(
     _outage_case(lab, lab_target, protocol, og.ONE_PATH, fabric, lab_hosts, write_guard, fabricqa_report, request)
 
 
-TARGET_SIDE = {og.ANA: ("nvmet", "spdk"), og.PORT: ("nvmet", "spdk", "lio")}
+TARGET_SIDE = {og.ANA: ("nvmet", "spdk"), og.PORT: ("nvmet", "spdk", "lio", "scst", "tgt")}
 """The target-side outages and the kinds they are made on."""
 
 

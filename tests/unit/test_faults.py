@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from fakes import Answer, ScriptedHost, answer_files
+from labfiles import vlab_kernel_text_as
 
 from pytest_fabricqa import faults, provision
 from pytest_fabricqa.lab import LabModel, load_lab
@@ -332,6 +333,20 @@ def test_a_port_whose_link_cannot_be_restored_still_gets_its_portal_back_and_kee
     with pytest.raises(faults.FaultError, match=r"cannot restore 'vstor storage link eth1 dropping every frame'"):
         fault.restore()
     assert PORTAL in host.portals and list(host.records()) == ["drop:eth1"]  # the next start restores the link
+
+
+@pytest.mark.parametrize("kind", ["scst", "tgt"])
+def test_an_scst_or_tgt_port_down_is_the_target_hosts_storage_port_dropping_every_frame(
+    tmp_path: Path, kind: str
+) -> None:
+    text = vlab_kernel_text_as(f"  - kind: {kind}\n").replace("    paths: first\n", "    paths: all\n", 1)
+    (tmp_path / "lab.yaml").write_text(text)
+    host = FaultHost("vstor")
+    fault = faults.target_port_down(
+        load_lab(tmp_path / "lab.yaml"), {"vstor": host}, kind, "iscsi", address="10.10.20.19"
+    )
+    assert isinstance(fault, faults.PortOff) and fault.name == "vstor storage link eth2 dropping every frame"
+    assert [type(part).__name__ for part in fault.parts] == ["LinkDrop"]
 
 
 def test_a_lio_portal_on_no_storage_port_of_the_lab_is_refused_before_anything_runs() -> None:
