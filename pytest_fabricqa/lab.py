@@ -649,14 +649,54 @@ class DmSettings(_Model):
     multipath sets for a ``no_path_retry`` of ``queue`` or a number, and drops for ``fail``). None: not checked."""
 
 
+_DM_WORD = re.compile(r"[a-z][a-z_]*")
+_DM_VALUE = re.compile(r'[A-Za-z0-9_.:/+-]+|"[^"\n{}]*"')
+
+
+class DmConf(_Model):
+    """multipath.conf sections fabricqa writes on every initiator while a SCSI fabric over several paths is
+    connected, as a file of its own in multipath-tools' ``config_dir`` (``/etc/multipath/conf.d/<name_prefix>.conf``,
+    then ``multipathd reconfigure``), removed with the fabric: ``defaults`` (e.g. ``polling_interval``) and
+    ``overrides`` (over every device, the built-in hardware table's entries too: ``no_path_retry``,
+    ``fast_io_fail_tmo``, ``dev_loss_tmo``). Keywords and values as multipath.conf spells them."""
+
+    defaults: dict[str, str | int] = {}
+    overrides: dict[str, str | int] = {}
+
+    @field_validator("defaults", "overrides")
+    @classmethod
+    def _plain(cls, value: dict[str, str | int]) -> dict[str, str | int]:
+        for key, item in value.items():
+            if not _DM_WORD.fullmatch(key):
+                raise ValueError(f"{key!r} is not a multipath.conf keyword (lower case letters and '_')")
+            if not _DM_VALUE.fullmatch(str(item)):
+                raise ValueError(f"{key}: {item!r} is not one multipath.conf value (a word, a number, or quoted)")
+        return value
+
+    def text(self, name_prefix: str) -> str:
+        """The file's text: a mark line naming the writer, then each section with its keywords."""
+        lines = [f"# {DM_CONF_MARK} (name_prefix {name_prefix}): removed when its fabric is torn down"]
+        for section, values in (("defaults", self.defaults), ("overrides", self.overrides)):
+            if values:
+                lines += [f"{section} {{", *(f"\t{k} {v}" for k, v in values.items()), "}"]
+        return "\n".join(lines) + "\n"
+
+    def __bool__(self) -> bool:
+        return bool(self.defaults or self.overrides)
+
+
+DM_CONF_MARK = "written by pytest-fabricqa"
+
+
 class MultipathSettings(_Model):
     """The path settings every initiator should show while a fabric is connected: what decides whether a lost
     path stalls I/O, fails it or sends it down another path (the connectivity suite reads them, never sets them).
-    dm-multipath's maps: ``dm``."""
+    dm-multipath's maps: ``dm``. The one thing written: ``dm_conf``, only when the lab gives it."""
 
     nvme: NvmePathSettings = NvmePathSettings()
     iscsi: IscsiPathSettings = IscsiPathSettings()
     dm: DmSettings = DmSettings()
+    dm_conf: DmConf = DmConf()
     iscsi_dm: IscsiPathSettings = IscsiPathSettings()
     """The same keys for the sessions of a target served over several paths (``paths: all``), whose LUNs
     dm-multipath maps: multipathd writes each path's session ``recovery_tmo`` from its own ``fast_io_fail_tmo``

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from pytest_fabricqa.initiators import dm, iscsi, nvme, portal_reachable
-from pytest_fabricqa.lab import LabModel, TargetModel
+from pytest_fabricqa.lab import DM_CONF_MARK, LabModel, TargetModel
 from pytest_fabricqa.protocols import protocol as protocol_spec
 from pytest_fabricqa.queues import iscsi_node_updates
 from pytest_fabricqa.targets.base import Export, ProvisionError, UndoStack, command_tail
@@ -249,6 +249,21 @@ def connect_iscsi(lab: LabModel, model: TargetModel, export: Export, host: Host,
                 ) from None
     multipath = len(portals) > 1
     known = dm.remembered(host) if multipath else set()
+    conf = lab.multipath.dm_conf
+    if multipath and conf:
+        # Before the logins, so that the maps are made with it; removed after the logouts (pushed first).
+        undo.push(
+            f"remove {dm.conf_path(model.name_prefix)}", partial(dm.remove_conf, host, model.name_prefix, DM_CONF_MARK)
+        )
+        try:
+            dm.write_conf(host, model.name_prefix, conf.text(model.name_prefix), DM_CONF_MARK)
+        except CommandError as exc:
+            raise ProvisionError(
+                host.name,
+                f"the lab's multipath.dm_conf could not be applied ({command_tail(exc)})",
+                f"check the keywords against multipath.conf(5) and that multipathd runs; a file of ours is "
+                f"{dm.conf_path(model.name_prefix)}",
+            ) from None
     for portal in portals:
         undo.push(f"log out of {iqn} at {portal}", partial(iscsi.logout, host, iqn, portal))
         try:
@@ -433,5 +448,17 @@ def initiator_objects(
             if iscsi.iface_exists(host, iface):
                 found.append(
                     (f"{host.name}: open-iscsi iface {iface} still there", partial(iscsi.delete_iface, host, iface))
+                )
+    if lab.multipath.dm_conf:
+        scsi = [t for t in lab.targets if t.iscsi is not None]
+        prefixes = {t.name_prefix for t in scsi if target_host is None or t.place == target_host}
+        prefixes -= set() if target_host is None else {t.name_prefix for t in scsi if t.place != target_host}
+        for prefix in sorted(prefixes):
+            if dm.has_conf(host, prefix, DM_CONF_MARK):
+                found.append(
+                    (
+                        f"{host.name}: multipath configuration {dm.conf_path(prefix)} (the lab's dm_conf) still there",
+                        partial(dm.remove_conf, host, prefix, DM_CONF_MARK),
+                    )
                 )
     return found

@@ -17,9 +17,24 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pytest_fabricqa.fanout import each
-from pytest_fabricqa.transport.base import Host
+from pytest_fabricqa.transport.base import CommandError, Host
 
 WWIDS_FILE = "/etc/multipath/wwids"
+CONF_DIR = "/etc/multipath/conf.d"
+"""multipath-tools' ``config_dir``: every ``*.conf`` there is read after multipath.conf."""
+
+# Fixed text. $1: the file, $2: its text, $3: the mark its first line must carry if it exists already (a file
+# without it is someone else's: exit 3, nothing written). Then multipathd reads its configuration again.
+WRITE_CONF = r"""
+if [ -e "$1" ] && ! head -n 1 "$1" | grep -qF -- "$3"; then exit 3; fi
+mkdir -p "${1%/*}" && printf '%s' "$2" > "$1" && multipathd reconfigure >/dev/null
+"""
+# $1: the file, $2: the mark. Removed only when it carries the mark; multipathd then reads its configuration again.
+REMOVE_CONF = r"""
+[ -e "$1" ] || exit 0
+head -n 1 "$1" | grep -qF -- "$2" || exit 0
+rm -f "$1" && { multipathd reconfigure >/dev/null 2>&1 || true; }
+"""
 
 # Fixed text: for each disk name argument (sdb), every multipath map holding it: disk, dm node, map name.
 HOLDERS_SCRIPT = r"""
@@ -232,3 +247,30 @@ def problems_everywhere(
         else:
             problems += map_problems(host, value[0], value[1], names[host], paths, queue)
     return problems
+
+
+def conf_path(name_prefix: str, conf_dir: str = CONF_DIR) -> str:
+    """Where the lab's ``multipath.dm_conf`` goes for fabrics of ``name_prefix``."""
+    return f"{conf_dir}/{name_prefix}.conf"
+
+
+def write_conf(host: Host, name_prefix: str, text: str, mark: str, conf_dir: str = CONF_DIR) -> None:
+    """Write ``text`` (first line ``mark``) as our configuration file and have multipathd read it; refused with
+    :class:`CommandError` when a file of that name exists without our mark."""
+    path = conf_path(name_prefix, conf_dir)
+    result = host.run(["sh", "-c", WRITE_CONF, "sh", path, text, mark], check=False)
+    if result.exit_code == 3:
+        raise CommandError(result, f"{path} exists and was not written by fabricqa")
+    if not result.ok:
+        raise CommandError(result, f"could not write {path} or have multipathd read it")
+
+
+def has_conf(host: Host, name_prefix: str, mark: str, conf_dir: str = CONF_DIR) -> bool:
+    """Whether our configuration file for ``name_prefix`` is there (with our mark)."""
+    path = conf_path(name_prefix, conf_dir)
+    return host.run(["sh", "-c", 'head -n 1 "$1" 2>/dev/null | grep -qF -- "$2"', "sh", path, mark], check=False).ok
+
+
+def remove_conf(host: Host, name_prefix: str, mark: str, conf_dir: str = CONF_DIR) -> None:
+    """Remove our configuration file for ``name_prefix`` (idempotent; a file without our mark stays)."""
+    host.run(["sh", "-c", REMOVE_CONF, "sh", conf_path(name_prefix, conf_dir), mark])

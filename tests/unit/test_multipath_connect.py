@@ -6,6 +6,8 @@ case names a path an initiator does not reach. Hosts scripted with sysfs listing
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from pytest_fabricqa.initiators import connect, dm, iscsi, nvme
 from pytest_fabricqa.initiators.connect import connect_iscsi, connect_nvme, path_problems
 from pytest_fabricqa.lab import LabError, LabModel, load_lab
 from pytest_fabricqa.targets.base import Export, ExportedUnit, ProvisionError, UndoStack
+from pytest_fabricqa.transport.base import CommandError
 
 LABS = Path(__file__).parents[2] / "labs"
 DATA = Path(__file__).parents[1] / "data" / "targets"
@@ -295,6 +298,74 @@ def test_a_lun_over_two_portals_is_used_through_the_map_multipathd_made_of_its_t
     ]  # fmt: skip
 
 
+def test_the_labs_dm_conf_is_written_before_the_logins_and_removed_after_the_logouts(tmp_path: Path) -> None:
+    text = (
+        (LABS / "vlab.yaml")
+        .read_text()
+        .replace(
+            "  dm: {queue_if_no_path: true}",
+            "  dm: {queue_if_no_path: false}\n  dm_conf: {overrides: {no_path_retry: fail}}",
+        )
+    )
+    (tmp_path / "vlab.yaml").write_text(text)
+    lab = load_lab(tmp_path / "vlab.yaml")
+    host, undo = ScsiMultipathHost(), UndoStack()
+    connect_iscsi(lab, lab.target_for("iscsi", "lio"), SCSI_TWO, host, undo)
+    written = next(i for i, c in enumerate(host.commands) if c[:3] == ("sh", "-c", dm.WRITE_CONF))
+    first_login = next(i for i, c in enumerate(host.commands) if "--login" in c)
+    assert written < first_login
+    assert host.commands[written][4:] == (
+        "/etc/multipath/conf.d/fabricqa.conf",
+        "# written by pytest-fabricqa (name_prefix fabricqa): removed when its fabric is torn down\n"
+        "overrides {\n\tno_path_retry fail\n}\n",
+        "written by pytest-fabricqa",
+    )
+    ran = len(host.commands)
+    assert undo.unwind() == []
+    undone = [c for c in host.commands[ran:] if "--logout" in c or c[:3] == ("sh", "-c", dm.REMOVE_CONF)]
+    assert [c[2] == dm.REMOVE_CONF for c in undone] == [False, False, True]  # the file goes after the logouts
+    plain = ScsiMultipathHost()
+    connect_iscsi(load_lab(LABS / "vlab.yaml"), lab.target_for("iscsi", "lio"), SCSI_TWO, plain, UndoStack())
+    assert not [c for c in plain.commands if dm.WRITE_CONF in c]  # the lab asks for nothing: nothing written
+
+
+def test_the_conf_scripts_write_ours_refuse_anothers_and_remove_only_ours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WRITE_CONF and REMOVE_CONF run for real on a folder, with a multipathd on PATH that logs what it is asked."""
+    from pytest_fabricqa.transport.local import LocalHost
+
+    bin_dir, log = tmp_path / "bin", tmp_path / "multipathd.log"
+    bin_dir.mkdir()
+    (bin_dir / "multipathd").write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    (bin_dir / "multipathd").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    host, folder, mark = LocalHost("vnode1"), str(tmp_path / "conf.d"), "written by pytest-fabricqa"
+    text = f"# {mark} (name_prefix fabricqa)\noverrides {{\n\tno_path_retry fail\n}}\n"
+    dm.write_conf(host, "fabricqa", text, mark, folder)
+    assert (tmp_path / "conf.d" / "fabricqa.conf").read_text() == text and log.read_text() == "reconfigure\n"
+    assert dm.has_conf(host, "fabricqa", mark, folder)
+    (tmp_path / "conf.d" / "admin.conf").write_text("defaults {\n\tpolling_interval 10\n}\n")
+    with pytest.raises(CommandError, match="exists and was not written by fabricqa"):
+        dm.write_conf(host, "admin", text, mark, folder)
+    dm.remove_conf(host, "admin", mark, folder)  # not ours: stays
+    dm.remove_conf(host, "fabricqa", mark, folder)
+    dm.remove_conf(host, "fabricqa", mark, folder)  # gone already: nothing to do
+    assert sorted(p.name for p in (tmp_path / "conf.d").iterdir()) == ["admin.conf"]
+    assert log.read_text() == "reconfigure\nreconfigure\n" and not dm.has_conf(host, "fabricqa", mark, folder)
+
+
+def test_a_dm_conf_keyword_or_value_that_is_not_one_word_is_refused_at_load(tmp_path: Path) -> None:
+    text = (LABS / "vlab.yaml").read_text()
+    for bad, said in (
+        ("{overrides: {'no_path_retry; x': 3}}", "'no_path_retry; x' is not a multipath.conf keyword"),
+        ("{defaults: {polling_interval: '2 }'}}", "polling_interval: '2 }' is not one multipath.conf value"),
+    ):
+        (tmp_path / "lab.yaml").write_text(text.replace("  dm: {queue_if_no_path: true}", f"  dm_conf: {bad}"))
+        with pytest.raises(LabError, match=re.escape(said)):
+            load_lab(tmp_path / "lab.yaml")
+
+
 def test_a_wwid_multipath_remembered_before_the_login_is_left_remembered() -> None:
     lab = load_lab(LABS / "vlab.yaml")
     host, undo = ScsiMultipathHost(remembered=f"# Valid WWIDs:\n/{WWID}/\n"), UndoStack()
@@ -348,3 +419,33 @@ def test_a_healthy_map_passes_and_each_broken_thing_is_named() -> None:
         "(multipath.dm.queue_if_no_path; multipath.conf's no_path_retry)",
         "vnode1: the multipath map gone is not there",
     ]
+
+
+def test_a_killed_runs_dm_conf_is_a_leftover_and_its_clean_up_removes_it(tmp_path: Path) -> None:
+    text = (
+        (LABS / "vlab.yaml")
+        .read_text()
+        .replace(
+            "  dm: {queue_if_no_path: true}",
+            "  dm: {queue_if_no_path: true}\n  dm_conf: {overrides: {no_path_retry: 3}}",
+        )
+    )
+    (tmp_path / "vlab.yaml").write_text(text)
+    lab = load_lab(tmp_path / "vlab.yaml")
+
+    def answer(argv: tuple[str, ...]) -> Answer:
+        if argv[:2] == ("sh", "-c") and "head -n 1" in argv[2]:
+            return (0, "", "")
+        if argv[:2] == ("sh", "-c") and argv[2] == "command -v iscsiadm":
+            return (1, "", "")
+        return ""
+
+    host = ScriptedHost("vnode1", answer)
+    ((sentence, remove),) = connect.initiator_objects(lab, host)
+    assert sentence == (
+        "vnode1: multipath configuration /etc/multipath/conf.d/fabricqa.conf (the lab's dm_conf) still there"
+    )
+    remove()
+    assert host.commands[-1][:5] == ("sh", "-c", dm.REMOVE_CONF, "sh", "/etc/multipath/conf.d/fabricqa.conf")
+    assert connect.initiator_objects(lab, host, target_host="vstor") != []  # its target host's clean-up takes it
+    assert connect.initiator_objects(load_lab(LABS / "vlab.yaml"), host) == []  # a lab without dm_conf: not looked for

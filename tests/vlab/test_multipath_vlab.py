@@ -5,10 +5,13 @@ ends (multipathd started again reinstates the path)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from vlab_support import make_lab
 
 from pytest_fabricqa.initiators import connect, dm
-from pytest_fabricqa.lab import LabModel
+from pytest_fabricqa.lab import DM_CONF_MARK, LabModel
 from pytest_fabricqa.provision import ProvisionError, connect_fabric, leftovers
 from pytest_fabricqa.transport.base import Host
 
@@ -64,3 +67,28 @@ def test_a_lun_that_no_map_holds_stops_the_connect_in_one_line_and_leaves_nothin
     finally:
         node.run(["sh", "-c", "multipathd show daemon >/dev/null 2>&1 || multipathd; sleep 3"], check=False)
     assert node.run(["multipathd", "show", "daemon"], check=False).ok
+
+
+def test_the_labs_dm_conf_is_what_the_maps_are_made_with_and_goes_with_the_fabric(
+    vlab: tuple[LabModel, dict[str, Host], dict[str, str]],
+) -> None:
+    """``multipath.dm_conf: {overrides: {no_path_retry: fail}}``: the maps of the LUNs fail I/O with no path left
+    instead of queueing as the guests' own configuration has them (no_path_retry 3); the file and that setting are
+    gone after the teardown."""
+    _, hosts, _ = vlab
+
+    def failing(data: dict[str, Any]) -> None:
+        data["multipath"]["dm_conf"] = {"overrides": {"no_path_retry": "fail"}}
+
+    lab = make_lab(failing)
+    fabric = connect_fabric(lab, "iscsi", hosts, target="lio")
+    initiators = [hosts[n] for n in ("vnode1", "vnode2")]
+    try:
+        devices = {h.name: [d.path for d in fabric.devices_on(h.name)] for h in initiators}
+        assert dm.problems_everywhere(initiators, devices, 2, False) == []  # no queue_if_no_path on any map
+        for host in initiators:
+            assert dm.has_conf(host, "fabricqa", DM_CONF_MARK)
+    finally:
+        fabric.teardown()
+    assert leftovers(lab, hosts) == []
+    assert not [h.name for h in initiators if dm.has_conf(h, "fabricqa", DM_CONF_MARK)]
