@@ -298,17 +298,16 @@ def test_a_lun_over_two_portals_is_used_through_the_map_multipathd_made_of_its_t
     ]  # fmt: skip
 
 
-def test_the_labs_dm_conf_is_written_before_the_logins_and_removed_after_the_logouts(tmp_path: Path) -> None:
-    text = (
-        (LABS / "vlab.yaml")
-        .read_text()
-        .replace(
-            "  dm: {queue_if_no_path: true}",
-            "  dm: {queue_if_no_path: false}\n  dm_conf: {overrides: {no_path_retry: fail}}",
-        )
+def with_dm_lines(tmp_path: Path, lines: str) -> LabModel:
+    """labs/vlab.yaml with its ``multipath.dm`` line replaced by ``lines``."""
+    (tmp_path / "vlab.yaml").write_text(
+        (LABS / "vlab.yaml").read_text().replace("  dm: {queue_if_no_path: true}", lines)
     )
-    (tmp_path / "vlab.yaml").write_text(text)
-    lab = load_lab(tmp_path / "vlab.yaml")
+    return load_lab(tmp_path / "vlab.yaml")
+
+
+def test_the_labs_dm_conf_is_written_before_the_logins_and_removed_after_the_logouts(tmp_path: Path) -> None:
+    lab = with_dm_lines(tmp_path, "  dm: {queue_if_no_path: false}\n  dm_conf: {overrides: {no_path_retry: fail}}")
     host, undo = ScsiMultipathHost(), UndoStack()
     connect_iscsi(lab, lab.target_for("iscsi", "lio"), SCSI_TWO, host, undo)
     written = next(i for i, c in enumerate(host.commands) if c[:3] == ("sh", "-c", dm.WRITE_CONF))
@@ -422,16 +421,7 @@ def test_a_healthy_map_passes_and_each_broken_thing_is_named() -> None:
 
 
 def test_a_killed_runs_dm_conf_is_a_leftover_and_its_clean_up_removes_it(tmp_path: Path) -> None:
-    text = (
-        (LABS / "vlab.yaml")
-        .read_text()
-        .replace(
-            "  dm: {queue_if_no_path: true}",
-            "  dm: {queue_if_no_path: true}\n  dm_conf: {overrides: {no_path_retry: 3}}",
-        )
-    )
-    (tmp_path / "vlab.yaml").write_text(text)
-    lab = load_lab(tmp_path / "vlab.yaml")
+    lab = with_dm_lines(tmp_path, "  dm: {queue_if_no_path: true}\n  dm_conf: {overrides: {no_path_retry: 3}}")
 
     def answer(argv: tuple[str, ...]) -> Answer:
         if argv[:2] == ("sh", "-c") and "head -n 1" in argv[2]:

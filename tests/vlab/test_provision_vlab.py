@@ -34,6 +34,17 @@ def _sh(host: Host, script: str, *args: str) -> str:
     return host.run(["sh", "-c", script, "sh", *args]).stdout
 
 
+def _changed(before: tuple[str, ...], after: tuple[str, ...]) -> str:
+    """What changed between two snapshots, line by line (CI of 5e17a60 failed a comparison once with its diff
+    truncated; the test passed on a freshly booted lab right after)."""
+    changed = [
+        f"{'-' if line in old.splitlines() else '+'} {line}"
+        for old, new in zip(before, after, strict=True)
+        for line in sorted(set(old.splitlines()) ^ set(new.splitlines()))
+    ]
+    return "\n".join(changed) or "the same lines in another order"
+
+
 KILL_CHILD = textwrap.dedent(
     """
     import json, sys, time
@@ -212,14 +223,7 @@ def test_objects_we_did_not_create_are_never_touched(vlab: tuple[LabModel, dict[
         assert cleanup_stale(lab, hosts) == []
         assert leftovers(lab, hosts) == []
         after = _sh(vstor, NVMET_SNAPSHOT), _sh(vstor, LIO_SNAPSHOT)
-        # Line by line, so that a failure says what changed (CI of 5e17a60 failed here once, its diff truncated;
-        # the test passed on a freshly booted lab right after).
-        changed = [
-            f"{'-' if line in old.splitlines() else '+'} {line}"
-            for old, new in zip(before, after, strict=True)
-            for line in sorted(set(old.splitlines()) ^ set(new.splitlines()))
-        ]
-        assert after == before, "\n".join(changed) or "the same lines in another order"
+        assert after == before, _changed(before, after)
 
         # The lab's own subsystem and target names, taken by someone else: one line, and they stay.
         vstor.run(["mkdir", f"/sys/kernel/config/nvmet/subsystems/{RAM_NQN}", f"/sys/kernel/config/target/iscsi/{IQN}"])
@@ -227,14 +231,7 @@ def test_objects_we_did_not_create_are_never_touched(vlab: tuple[LabModel, dict[
         assert "already exists and was not created by fabricqa" in _one_line_error(lab, "nvme-tcp", hosts)
         assert "already exists and was not created by fabricqa" in _one_line_error(lab, "iscsi", hosts)
         after = _sh(vstor, NVMET_SNAPSHOT), _sh(vstor, LIO_SNAPSHOT)
-        # Line by line, so that a failure says what changed (CI of 5e17a60 failed here once, its diff truncated;
-        # the test passed on a freshly booted lab right after).
-        changed = [
-            f"{'-' if line in old.splitlines() else '+'} {line}"
-            for old, new in zip(before, after, strict=True)
-            for line in sorted(set(old.splitlines()) ^ set(new.splitlines()))
-        ]
-        assert after == before, "\n".join(changed) or "the same lines in another order"
+        assert after == before, _changed(before, after)
     finally:
         _sh(vstor, SAME_NAMES_REMOVE, *names)
         _sh(vstor, FOREIGN_REMOVE, FOREIGN_NQN, FOREIGN_IQN)
