@@ -847,14 +847,17 @@ class SpdkListenerDown(_RecordedFault):
 
     def _timed_call(self, method: str) -> CommandResult:
         """One RPC call in a command that then prints the host's clock; SPDK's error answer raises."""
+        return self._timed([(method, self._params())])
+
+    def _timed(self, calls: list[tuple[str, Mapping[str, Any]]]) -> CommandResult:
+        """RPC ``calls`` in one command that then prints the host's clock; any of SPDK's error answers raises."""
         result = self.host.run(
-            ["sh", "-c", TIMED, "sh", *self.rpc.argv([(method, self._params())])],
-            check=False,
-            timeout=self.rpc.timeout + 30,
+            ["sh", "-c", TIMED, "sh", *self.rpc.argv(calls)], check=False, timeout=self.rpc.timeout + 30
         )
         body, _, when = result.stdout.rstrip("\n").rpartition("\n")
         responses = self.rpc.responses(CommandResult(result.host, result.argv, result.exit_code, body, result.stderr))
-        result_of(self.host.name, method, self._params(), responses[0] if responses else {}, "")
+        for (method, params), response in zip(calls, responses + [{}] * (len(calls) - len(responses)), strict=True):
+            result_of(self.host.name, method, params, response, "")
         return CommandResult(result.host, result.argv, 0, when + "\n", result.stderr)
 
     def inject(self, undo: UndoStack) -> float:
@@ -909,7 +912,7 @@ class SpdkAnaChange(SpdkListenerDown):
         fault.params = dict(params)
         return fault
 
-    def _calls(self, state: str) -> list[tuple[str, Mapping[str, Any] | None]]:
+    def _calls(self, state: str) -> list[tuple[str, Mapping[str, Any]]]:
         return [
             (
                 "nvmf_subsystem_listener_set_ana_state",
@@ -984,26 +987,14 @@ class SpdkAnaChange(SpdkListenerDown):
             "timeout": self.rpc.timeout,
         }
 
-    def _timed_calls(self, state: str) -> CommandResult:
-        """The state change for every subsystem in one command that then prints the host's clock."""
-        calls = self._calls(state)
-        result = self.host.run(
-            ["sh", "-c", TIMED, "sh", *self.rpc.argv(calls)], check=False, timeout=self.rpc.timeout + 30
-        )
-        body, _, when = result.stdout.rstrip("\n").rpartition("\n")
-        responses = self.rpc.responses(CommandResult(result.host, result.argv, result.exit_code, body, result.stderr))
-        for (method, params), response in zip(calls, responses + [{}] * (len(calls) - len(responses)), strict=True):
-            result_of(self.host.name, method, params or {}, response, "")
-        return CommandResult(result.host, result.argv, 0, when + "\n", result.stderr)
-
     def _inject(self) -> CommandResult:
-        return self._timed_calls(self.state)
+        return self._timed(self._calls(self.state))
 
     def _restore(self) -> CommandResult:
         states = self._states()
         if all(found is None or set(found) <= {self.before} for found in states.values()):
             return self.host.run(["sh", "-c", CLOCK])  # back already, or the subsystems (with the app) are gone
-        return self._timed_calls(self.before)
+        return self._timed(self._calls(self.before))
 
 
 # -- the initiators' path timeouts -------------------------------------------------------------------------------

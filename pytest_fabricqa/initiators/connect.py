@@ -452,7 +452,8 @@ def initiator_objects(
     if lab.multipath.dm_conf:
         scsi = [t for t in lab.targets if t.iscsi is not None]
         prefixes = {t.name_prefix for t in scsi if target_host is None or t.place == target_host}
-        prefixes -= set() if target_host is None else {t.name_prefix for t in scsi if t.place != target_host}
+        if target_host is not None:  # a prefix shared with a target elsewhere may be that live fabric's
+            prefixes -= {t.name_prefix for t in scsi if t.place != target_host}
         for prefix in sorted(prefixes):
             if dm.has_conf(host, prefix, DM_CONF_MARK):
                 found.append(
