@@ -11,7 +11,7 @@ from vlab_support import reads_per_path
 from pytest_fabricqa.initiators import nvme
 from pytest_fabricqa.initiators.paths import read_everywhere
 from pytest_fabricqa.lab import LabModel
-from pytest_fabricqa.provision import connect_fabric, leftovers
+from pytest_fabricqa.provision import ProvisionError, connect_fabric, leftovers
 from pytest_fabricqa.transport.base import Host
 
 pytestmark = pytest.mark.vlab
@@ -50,3 +50,15 @@ def test_round_robin_set_by_the_lab_sends_reads_down_both_paths(
     assert leftovers(lab, hosts) == []
     left = hosts["vnode1"].run(["sh", "-c", f"grep -l {nqn} /sys/class/nvme-subsystem/*/subsysnqn"], check=False)
     assert left.stdout.strip() == ""
+
+
+def test_a_policy_this_kernel_does_not_have_stops_the_connect_in_one_line_and_leaves_nothing(
+    vlab: tuple[LabModel, dict[str, Host], dict[str, str]],
+) -> None:
+    """queue-depth came with Linux 6.11; the guests' 6.1 refuses the write, and the connect says so."""
+    lab, hosts, _ = vlab
+    with pytest.raises(ProvisionError) as raised:
+        connect_fabric(with_iopolicy(lab, "queue-depth"), "nvme-tcp", hosts, target="nvmet")
+    assert "iopolicy queue-depth could not be set on nqn.2026-11.io.fabricqa:vlab-" in str(raised.value)
+    assert "\n" not in str(raised.value)
+    assert leftovers(lab, hosts) == []
