@@ -55,10 +55,14 @@ OUTAGES: dict[str, str] = {
     "I/O moves to another path while it is, no error",
     "target-port-down": "the target port carrying the I/O taken away (nvmet port unlinked, SPDK listener removed), "
     "then back: I/O moves to another path while it is away, no error",
+    "alua-unavailable": "the ALUA target port group of the target port carrying the I/O made unavailable, then "
+    "Active/Optimized again: I/O moves to another path while it is, no error",
 }
 """The failover suite's outages (issue 13, faults a to e) by name: the name is the case's last id part and its
 key in the lab's ``thresholds`` table (``thresholds."*".all-paths-down-brief: {max_stall_s: 10}``)."""
-BRIEF, LONG, ONE_PATH, ANA, PORT = OUTAGES
+BRIEF, LONG, ONE_PATH, ANA, PORT, ALUA = OUTAGES
+TARGET_OUTAGES = (ANA, PORT, ALUA)
+"""The outages made on the target (one port's state or the port itself), not on the initiators' links."""
 PARITY = "path-parity"
 """The path parity case's name (:mod:`pytest_fabricqa.parity`): its key in the lab's ``thresholds`` table, where
 ``max_path_imbalance_pct`` applies (``thresholds."*".path-parity: {max_path_imbalance_pct: 10}``)."""

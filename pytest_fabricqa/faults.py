@@ -3,9 +3,10 @@
 A fault breaks one path and puts it back: an initiator's storage link down and up (:class:`LinkDown`), a target
 port taken away and given back (:class:`NvmetPortDown`, :class:`LioPortalDown` with the port's link in a
 :class:`PortOff`, :class:`SpdkListenerDown`), an
-nvmet ANA group made inaccessible and optimized again (:class:`AnaStateChange`). Each satisfies
-:class:`FaultInjector` structurally; :func:`target_port_down` and :func:`ana_change` pick the class for a lab's
-target.
+nvmet ANA group made inaccessible and optimized again (:class:`AnaStateChange`, :class:`SpdkAnaChange`), a LIO
+ALUA target port group made unavailable and Active/Optimized again (:class:`LioAluaChange`). Each satisfies
+:class:`FaultInjector` structurally; :func:`target_port_down`, :func:`ana_change` and :func:`alua_change` pick the
+class for a lab's target.
 
 Restore is guaranteed three ways:
 
@@ -144,6 +145,39 @@ fi
 """
     + CLOCK
 )
+# $1 the ALUA state's number, $2 the group, then each backstore ("hba/name") whose group it is.
+LIO_ALUA_READ = 'cat "/sys/kernel/config/target/core/$2/alua/$1/alua_access_state"'
+LIO_ALUA_WRITE = (
+    r"""
+set -e
+s=$1 g=$2
+shift 2
+for b; do printf %s "$s" > "/sys/kernel/config/target/core/$b/alua/$g/alua_access_state"; done
+"""
+    + CLOCK
+)
+# A backstore or group that is gone (a teardown removed it) has nothing left to restore.
+LIO_ALUA_RESTORE = (
+    r"""
+set -e
+s=$1 g=$2
+shift 2
+for b; do
+  f=/sys/kernel/config/target/core/$b/alua/$g/alua_access_state
+  if [ -e "$f" ]; then printf %s "$s" > "$f"; fi
+done
+"""
+    + CLOCK
+)
+ALUA_STATES = {
+    "active-optimized": 0,
+    "active-non-optimized": 1,
+    "standby": 2,
+    "unavailable": 3,
+    "offline": 14,
+    "transitioning": 15,
+}
+"""SCSI ALUA's asymmetric access states by name, and the number LIO's ``alua_access_state`` takes (SPC-4 6.37)."""
 # The SPDK client's JSON, then a newline, then the clock; the client's exit code is kept.
 TIMED = '"$@"; rc=$?; echo; ' + CLOCK + "; exit $rc"
 
@@ -656,11 +690,13 @@ class AnaStateChange(_RecordedFault):
 
 class LioPortalDown(_RecordedFault):
     """A LIO network portal removed, then made again with the iSER setting it had: ``rmdir
-    iscsi/IQN/tpgt_1/np/ADDR:PORT``, ``mkdir`` it and ``echo 1 > .../iser`` where it was on.
+    iscsi/IQN/TPG/np/ADDR:PORT`` (the portal's own TPG: LIO gets one per portal), ``mkdir`` it and ``echo 1 >
+    .../iser`` where it was on.
 
     Why the portal and not the TPG's ``enable``: ``enable`` 0 calls ``iscsit_tpg_disable_portal_group(tpg, 1)``,
-    which forcibly closes every session of the TPG, whatever portal it came in by -- every path of the target at
-    once (fault d/e), not one. Removing the portal touches only that portal; but in LIO (6.1:
+    which forcibly closes every session of the TPG, whatever portal it came in by (one TPG served every portal
+    when this was written; with a TPG per portal it would be one path's, an alternative not tried yet). Removing
+    the portal touches only that portal; but in LIO (6.1:
     ``iscsit_tpg_release_np`` -> ``iscsit_del_np``) it stops the portal's login thread and releases its *listening*
     socket only: a session already logged in through it keeps its own connection and carries on. So this fault
     refuses new logins, discovery and reconnects on that portal; a failover case must also break the live sessions
@@ -715,6 +751,90 @@ class LioPortalDown(_RecordedFault):
     def _restore(self) -> CommandResult:
         iser = "1" if self.iser else "0"
         return self.host.run(["sh", "-c", LIO_NP_RESTORE, "sh", self.iqn, self.tpg, self.portal, iser])
+
+
+class LioAluaChange(_RecordedFault):
+    """The ALUA target port group of one LIO TPG (one path: :mod:`pytest_fabricqa.targets.lio` makes a TPG per
+    portal and a group per TPG in every backstore) set to ``state`` (unavailable by default), then back to the state
+    it had: ``core/HBA/BACKSTORE/alua/GROUP/alua_access_state`` in each backstore behind the TPG's LUNs. LIO makes
+    it an implicit transition and tells the initiators with a unit attention (asymmetric access state changed); I/O
+    through that port then ends in NOT READY (target port unavailable), and dm-multipath (``prio alua``) moves it
+    to the other paths; nothing is logged out. Refused unless the LIO driver's state file lists the target IQN and
+    the TPG's backstores have the group."""
+
+    kind = "lio-alua"
+
+    def __init__(self, host: Host, name_prefix: str, iqn: str, tpg: str, state: str = "unavailable") -> None:
+        super().__init__(host, name_prefix)
+        self.iqn = iqn
+        self.tpg = tpg
+        self.state = state
+        self.group = lio.alua_group(name_prefix, tpg)
+        self.backstores: list[str] = []
+        self.before = ""
+        self.name = f"{host.name} LIO {iqn} {tpg} ALUA group {state}"
+        self.key = f"lio-alua:{iqn}:{tpg}"
+
+    @classmethod
+    def from_record(cls, lab: LabModel, host: Host, name_prefix: str, record: Mapping[str, Any]) -> LioAluaChange:
+        """The fault a record describes, to restore it."""
+        params = record["params"]
+        fault = cls(host, name_prefix, str(params["iqn"]), str(params["tpg"]), str(params["state"]))
+        fault.backstores = [str(b) for b in params["backstores"]]
+        fault.before = str(params["before"])
+        fault.params = dict(params)
+        return fault
+
+    def how(self) -> str:
+        number = ALUA_STATES.get(self.before, 0)
+        return "; ".join(
+            f"echo {number} > {lio.ROOT}/core/{b}/{lio.ALUA_FOLDER}/{self.group}/alua_access_state"
+            for b in self.backstores or ["HBA/BACKSTORE"]
+        )
+
+    def _check(self) -> None:
+        if self.state not in ALUA_STATES:
+            raise self._refuse(f"{self.state!r} is not an ALUA state", f"use one of {', '.join(ALUA_STATES)}")
+        state_file = remote.state_path(self.name_prefix, "lio")
+        state = remote.read_state(self.host, state_file) or {}
+        if self.iqn not in state.get("targets", []):
+            raise self._refuse(
+                f"iSCSI target {self.iqn} was not made by fabricqa ({state_file} does not list it)",
+                "change the ALUA state of a TPG of the fabric fabricqa provisioned (faults.alua_change)",
+            )
+        snap = lio.parse_snapshot(self.host.run(["sh", "-c", lio.SNAPSHOT_SCRIPT]).stdout)
+        links = snap.targets.get(self.iqn, {}).get(self.tpg, {}).get("luns", {})
+        self.backstores = sorted({"/".join(link.rstrip("/").split("/")[-2:]) for link in links.values()})
+        if not self.backstores:
+            raise self._refuse(f"{self.iqn} has no {self.tpg} with LUNs", "fault a TPG of the provisioned fabric")
+        result = self.host.run(["sh", "-c", LIO_ALUA_READ, "sh", self.group, self.backstores[0]], check=False)
+        numbers = {str(v): k for k, v in ALUA_STATES.items()}
+        before = numbers.get(result.stdout.strip(), "")
+        if not result.ok or not before:
+            raise self._refuse(
+                f"{self.backstores[0]} has no ALUA group {self.group} to change "
+                f"({command_tail(CommandError(result)) if not result.ok else result.stdout.strip()!r})",
+                "serve the target on several paths (targets[].paths: all): LIO then gets an ALUA group per path",
+            )
+        if before == self.state:
+            raise self._refuse(f"ALUA group {self.group} is {before} already", "pick another state")
+        self.before = before
+        self.params = {
+            "iqn": self.iqn,
+            "tpg": self.tpg,
+            "group": self.group,
+            "backstores": self.backstores,
+            "state": self.state,
+            "before": before,
+        }
+
+    def _inject(self) -> CommandResult:
+        number = str(ALUA_STATES[self.state])
+        return self.host.run(["sh", "-c", LIO_ALUA_WRITE, "sh", number, self.group, *self.backstores])
+
+    def _restore(self) -> CommandResult:
+        number = str(ALUA_STATES.get(self.before, 0))
+        return self.host.run(["sh", "-c", LIO_ALUA_RESTORE, "sh", number, self.group, *self.backstores])
 
 
 class PortOff:
@@ -1178,6 +1298,7 @@ REGISTRY: dict[str, Callable[[LabModel, Host, str, Mapping[str, Any]], _Recorded
     NvmetPortDown.kind: NvmetPortDown.from_record,
     AnaStateChange.kind: AnaStateChange.from_record,
     LioPortalDown.kind: LioPortalDown.from_record,
+    LioAluaChange.kind: LioAluaChange.from_record,
     SpdkListenerDown.kind: SpdkListenerDown.from_record,
     SpdkAnaChange.kind: SpdkAnaChange.from_record,
     PathTimeouts.kind: PathTimeouts.from_record,
@@ -1254,7 +1375,10 @@ def target_port_down(
         return NvmetPortDown(host, model.name_prefix, _nvmet_portid(host, model, spec.transport, traddr, trsvcid))
     if model.kind == "lio":
         assert model.iscsi is not None
-        portal = LioPortalDown(host, model.name_prefix, model.iscsi.iqn, portal_name(traddr, port or model.iscsi.port))
+        tpg = _lio_tpg(lab, model, protocol, traddr)
+        portal = LioPortalDown(
+            host, model.name_prefix, model.iscsi.iqn, portal_name(traddr, port or model.iscsi.port), tpg
+        )
         link = _port_link(lab, host, model.name_prefix, traddr)
         return PortOff(f"{portal.name} and {link.name}", [portal, link])
     if model.kind in ("scst", "tgt"):
@@ -1279,6 +1403,37 @@ def target_port_down(
         f"no port fault for {model.kind} targets yet (target {model.name})",
         "fault an initiator's link (faults.link_down), or use a target kind fabricqa provisions",
     )
+
+
+def _lio_tpg(lab: LabModel, model: TargetModel, protocol: str, traddr: str) -> str:
+    """The TPG of LIO target ``model`` whose portal is at ``traddr`` (one TPG per portal)."""
+    try:
+        return lio.plan_from_lab(lab, model, protocol).tpg_of(traddr)
+    except ValueError as exc:
+        raise FaultRefused(model.host or lab.name, f"target {model.name}: {exc}", "fault one of its portals") from None
+
+
+def alua_change(
+    lab: LabModel,
+    hosts: Mapping[str, Host],
+    target: str,
+    protocol: str,
+    state: str = "unavailable",
+    *,
+    address: str | None = None,
+) -> LioAluaChange:
+    """LIO target ``target``'s ALUA group of the path at ``address`` (default: the lab's portal) for ``protocol``
+    to ``state`` and back."""
+    model, host = _target(lab, hosts, target, protocol)
+    if model.kind != "lio":
+        raise FaultRefused(
+            host.name,
+            f"ALUA state changes are LIO's here, target {model.name} is {model.kind}",
+            "use a LIO target (or an nvmet or SPDK one for ANA: faults.ana_change)",
+        )
+    assert model.iscsi is not None
+    tpg = _lio_tpg(lab, model, protocol, address or lab.target_address(model))
+    return LioAluaChange(host, model.name_prefix, model.iscsi.iqn, tpg, state)
 
 
 def ana_change(
@@ -1411,6 +1566,7 @@ def restore_stale(lab: LabModel, hosts: Mapping[str, Host], *, target_host: str 
 
 
 __all__ = [
+    "ALUA_STATES",
     "ANA_STATES",
     "REGISTRY",
     "AnaStateChange",
@@ -1418,10 +1574,12 @@ __all__ = [
     "FaultInjector",
     "FaultRefused",
     "LinkDown",
+    "LioAluaChange",
     "LioPortalDown",
     "NvmetPortDown",
     "PathTimeouts",
     "SpdkListenerDown",
+    "alua_change",
     "ana_change",
     "fault_window",
     "leftover_faults",

@@ -36,11 +36,10 @@ from typing import Any
 
 from pytest_fabricqa import faults
 from pytest_fabricqa.failover import (
-    ANA,
     BRIEF,
     LONG,
     ONE_PATH,
-    PORT,
+    TARGET_OUTAGES,
     FailoverFigures,
     Fault,
     HostSeries,
@@ -410,18 +409,15 @@ def path_outage(
     """Paths down on every host at once while fio writes and verifies ``regions[host]`` of ``devices[host]``; each
     host's figures. :data:`failover.BRIEF` and :data:`failover.LONG`: every storage link of each host, for the
     outage's time; :data:`failover.ONE_PATH`: only the link of the path carrying the I/O once it flows
-    (:func:`active_interface`), for ``one_path_down_s``; :data:`failover.ANA` and :data:`failover.PORT`:
+    (:func:`active_interface`), for ``one_path_down_s``; :data:`failover.TARGET_OUTAGES`:
     ``target_fault(address)`` on the target, for the port at the address carrying the first host's I/O (its ANA
-    group inaccessible, or the port itself taken away), for ``one_path_down_s``, each host's window read on its own
+    group inaccessible, its ALUA group unavailable, or the port itself taken away), for ``one_path_down_s``, each host's window read on its own
     clock just before and after. ``family``: ``nvme`` or ``scsi`` (which timeouts of ``lab.failover`` apply). Every
     change is undone by ``undo`` (the caller unwinds it, also on failure); the links are up again and fio has ended
     on return."""
     settings: FailoverSettings = lab.failover
-    down_s = {
-        BRIEF: settings.brief_down_s, LONG: settings.long_down_s,
-        ONE_PATH: settings.one_path_down_s, ANA: settings.one_path_down_s, PORT: settings.one_path_down_s,
-    }[outage]  # fmt: skip
-    if outage in (ANA, PORT) and target_fault is None:
+    down_s = {BRIEF: settings.brief_down_s, LONG: settings.long_down_s}.get(outage, settings.one_path_down_s)
+    if outage in TARGET_OUTAGES and target_fault is None:
         raise ValueError(f"the {outage} outage needs target_fault: the fault on the target, for a path's address")
     result = OutageResult(outage, down_s)
     began = time.monotonic()
@@ -454,7 +450,7 @@ def path_outage(
         chosen = _settled(each(hosts, lambda h: active_interface(lab, h, devices[h.name])))
         links = {h.name: [faults.link_outage(lab, h, name_prefix, chosen[h.name])] for h in hosts}
         _settled(each(hosts, lambda h: _arm_all(links[h.name], undo)))
-    if outage in (ANA, PORT):
+    if outage in TARGET_OUTAGES:
         assert target_fault is not None
         traddr = active_path(hosts[0], devices[hosts[0].name])[1]
         at_target = target_fault(traddr)
@@ -575,7 +571,7 @@ def outage_problems(
     I/O errors seen on every host (else the measurement cannot see errors); the lab's limits but for the error
     counts and the stall, which the outage is there to cause."""
     problems = list(result.problems)
-    if result.outage in (BRIEF, ONE_PATH, ANA, PORT):
+    if result.outage in (BRIEF, ONE_PATH, *TARGET_OUTAGES):
         limits = limits.model_copy(update={"max_io_errors": 0.0, "max_verify_errors": 0.0})
     elif result.outage == LONG:
         lifted = {"max_io_errors": None, "max_verify_errors": None, "max_stall_s": None}
@@ -592,7 +588,7 @@ def outage_problems(
             problems.append(f"{label}: no I/O completed before the fault, so nothing was measured")
         if result.outage == BRIEF and figures.first_io_s is None:
             problems.append(f"{label}: I/O did not resume after the links came back (no I/O completed after it)")
-        if result.outage in (ONE_PATH, ANA, PORT) and (
+        if result.outage in (ONE_PATH, *TARGET_OUTAGES) and (
             figures.first_io_s is None or figures.first_io_s >= result.down_s
         ):
             when = "at all" if figures.first_io_s is None else f"until the path came back ({figures.first_io_s:g} s)"

@@ -12,13 +12,14 @@ logs its IOPS every 100 ms; paths go down on every initiator at once and come ba
   counters proving which path carried the reads; iSCSI/iSER: the dm-multipath map's disk over that path), and
   the slowest path may be at most ``max_path_imbalance_pct`` below the fastest: the Windows HLK multiport rule
   (10% there).
-- ``ana-inaccessible`` and ``target-port-down`` (``test_path_away_on_the_target``, a target serving several
-  paths): the target port carrying the first initiator's I/O goes away for ``one_path_down_s`` -- its ANA group
-  inaccessible (nvmet's port, SPDK's listener), or the port itself unlinked (nvmet), its listener removed (SPDK), or its portal removed
+- ``ana-inaccessible``, ``alua-unavailable`` and ``target-port-down`` (``test_path_away_on_the_target``, a target
+  serving several paths): the target port carrying the first initiator's I/O goes away for ``one_path_down_s`` --
+  its ANA group inaccessible (nvmet's port, SPDK's listener), its ALUA target port group unavailable (LIO: a TPG
+  and an ALUA group per path; dm-multipath's ``prio alua`` follows it), or the port itself unlinked (nvmet), its listener removed (SPDK), or its portal removed
   and the target host's storage port carrying it dropping every frame (LIO: removing the portal alone leaves the
   sessions logged in through it running; SCST and tgt: that storage port dropping every frame, their daemons
   listening on whatever address is left) -- then back. The initiators must move their I/O to another path while
-  it is away, with no error. After an ANA change nothing is disconnected, so the stall is the host's reaction
+  it is away, with no error. After an ANA or ALUA change nothing is disconnected, so the stall is the host's reaction
   alone; a port taken away costs the detection of a dead path (for iSCSI/iSER under dm-multipath, the nop-out
   timeouts and recovery_tmo, as for a path's link).
 - ``all-paths-down-brief``: every storage link of each initiator, for less than the path timeout. I/O must resume with no I/O error and no verify
@@ -41,7 +42,7 @@ import pytest
 from pytest_fabricqa import faults, parity
 from pytest_fabricqa import integrity as ig
 from pytest_fabricqa import outage as og
-from pytest_fabricqa.failover import OUTAGES
+from pytest_fabricqa.failover import ALUA, ANA, BRIEF, LONG, ONE_PATH, OUTAGES, PORT
 from pytest_fabricqa.fio.verify import Region
 from pytest_fabricqa.lab import LabModel, TargetModel
 from pytest_fabricqa.protocols import protocol as protocol_spec
@@ -56,7 +57,7 @@ pytestmark = [pytest.mark.loads_target, pytest.mark.fabricqa_failover]
 
 
 @pytest.mark.fabricqa_late_in_pair  # its outages come after the pair's figures are measured
-@pytest.mark.parametrize("outage", [og.BRIEF, og.LONG])
+@pytest.mark.parametrize("outage", [BRIEF, LONG])
 def test_all_paths_down(
     lab: LabModel, lab_target: TargetModel, protocol: str, outage: str, fabric: Fabric, lab_hosts: dict[str, Host],
     write_guard: WriteGuard, fabricqa_report: Any, request: pytest.FixtureRequest,
@@ -79,10 +80,10 @@ def test_one_path_down(
             "over to (targets[].paths: all serves on every storage port; nvmet and SPDK have it, "
             "dm-multipath for iSCSI/iSER is not built yet)"
         )
-    _outage_case(lab, lab_target, protocol, og.ONE_PATH, fabric, lab_hosts, write_guard, fabricqa_report, request)
+    _outage_case(lab, lab_target, protocol, ONE_PATH, fabric, lab_hosts, write_guard, fabricqa_report, request)
 
 
-TARGET_SIDE = {og.ANA: ("nvmet", "spdk"), og.PORT: ("nvmet", "spdk", "lio", "scst", "tgt")}
+TARGET_SIDE = {ANA: ("nvmet", "spdk"), PORT: ("nvmet", "spdk", "lio", "scst", "tgt"), ALUA: ("lio",)}
 """The target-side outages and the kinds they are made on."""
 
 
@@ -92,8 +93,8 @@ def test_path_away_on_the_target(
     lab: LabModel, lab_target: TargetModel, protocol: str, outage: str, fabric: Fabric, lab_hosts: dict[str, Host],
     write_guard: WriteGuard, fabricqa_report: Any, request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
-    """The target port carrying the I/O goes away while fio writes and verifies -- its ANA group inaccessible, or
-    the port itself taken away -- then back; the initiators must move the I/O to another path while it is away,
+    """The target port carrying the I/O goes away while fio writes and verifies -- its ANA group inaccessible, its
+    ALUA group unavailable, or the port itself taken away -- then back; the initiators must move the I/O to another path while it is away,
     with no error (see the module)."""
     paths = fabric.export.addresses
     if lab_target.kind not in TARGET_SIDE[outage] or len(paths) < 2:
@@ -115,10 +116,10 @@ def test_paths_carry_alike(
     than the fastest: the Windows HLK multiport rule (see the module)."""
     paths = fabric.export.addresses
     scsi = protocol_spec(protocol).family == "scsi"
-    if len(paths) < 2 or not (scsi or lab_target.kind in TARGET_SIDE[og.ANA]):
+    if len(paths) < 2 or not (scsi or lab_target.kind in TARGET_SIDE[ANA]):
         pytest.skip(
             f"{protocol}-{fabric.target}: paths are measured one by one over several paths (targets[].paths: all), "
-            f"NVMe ones through ANA changes ({' and '.join(TARGET_SIDE[og.ANA])}); this one is {lab_target.kind} on "
+            f"NVMe ones through ANA changes ({' and '.join(TARGET_SIDE[ANA])}); this one is {lab_target.kind} on "
             f"{len(paths)} path(s)"
         )
     devices = ig.shared_devices(fabric.devices)  # the load-carrying device, by each initiator's path to it
@@ -181,7 +182,7 @@ def _outage_case(
         failed_undo = undo.unwind()
     limits = thresholds_for(lab.thresholds_table(), protocol, outage)
     problems = og.outage_problems(result, limits, names, database=lab.database) + failed_undo
-    if outage == og.LONG:
+    if outage == LONG:
         problems += og.usable_after(hosts, device.paths, settings.recover_s)
         if not problems:
             problems += og.verified_after(hosts, device.paths, regions)
@@ -238,8 +239,10 @@ def _target_fault(
     outage: str, lab: LabModel, hosts: dict[str, Host], target: str, protocol: str, address: str
 ) -> faults.FaultInjector:
     """The target-side fault of ``outage`` on the port at ``address``."""
-    if outage == og.ANA:
+    if outage == ANA:
         return faults.ana_change(lab, hosts, target, protocol, address=address)
+    if outage == ALUA:
+        return faults.alua_change(lab, hosts, target, protocol, address=address)
     return faults.target_port_down(lab, hosts, target, protocol, address=address)
 
 

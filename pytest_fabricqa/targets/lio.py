@@ -1,4 +1,12 @@
-"""Linux-IO (LIO) iSCSI/iSER target through configfs: iblock backstores, target IQN, TPG, LUNs, portal, ACLs.
+"""Linux-IO (LIO) iSCSI/iSER target through configfs: iblock backstores, target IQN, TPGs, LUNs, portals, ACLs,
+and ALUA target port groups.
+
+One TPG per portal (``tpgt_1`` for the lab's first address, ``tpgt_2`` for the next, ...): each TPG's LUNs are
+target ports of their own in SCSI's terms, so with several paths every path of a LUN reports its own relative
+target port and its own ALUA target port group (``<name_prefix>_tpgt_N`` in the backstore's ``alua`` folder, all
+Active/Optimized until a fault changes one: :class:`pytest_fabricqa.faults.LioAluaChange`). The initiators'
+dm-multipath (``prio alua``, ``group_by_prio``: multipath-tools' own settings for LIO-ORG devices) follows each
+path's ALUA state. One portal keeps LIO's default group, as targetcli leaves it.
 
 targetcli-fb needs a system D-Bus, which minimal hosts (and the virtual lab's guests) lack; configfs is what
 targetcli writes in the end, so this module writes it directly.
@@ -37,6 +45,8 @@ from pytest_fabricqa.transport.base import Host
 
 ROOT = "/sys/kernel/config/target"
 TPG = "tpgt_1"
+"""The first portal's TPG (the only one with a single path): the TPG settings (``attrib``) are the same in all."""
+ALUA_FOLDER = "alua"
 # HBA indexes are derived from the mark in this range (targetcli numbers from 0 up); tries before giving up.
 HBA_INDEXES = (100_000, 2**31 - 1)
 HBA_TRIES = 16
@@ -107,6 +117,28 @@ done
 rmdir "$t"
 """
 
+# Remove one backstore ("hba/name") with the ALUA groups fabricqa made in it (a backstore with a group of its own
+# cannot be removed; LIO's default group goes with it). Idempotent.
+REMOVE_BACKSTORE_SCRIPT = r"""
+set -e
+b=/sys/kernel/config/target/core/$1
+[ -d "$b" ] || exit 0
+for g in "$b"/alua/*; do
+  if [ -d "$g" ] && [ "${g##*/}" != default_tg_pt_gp ]; then rmdir "$g"; fi
+done
+rmdir "$b"
+"""
+
+
+def tpg_name(index: int) -> str:
+    """The TPG of the ``index``-th portal (0-based): ``tpgt_1``, ``tpgt_2``, ..."""
+    return f"tpgt_{index + 1}"
+
+
+def alua_group(name_prefix: str, tpg: str) -> str:
+    """The ALUA target port group fabricqa makes in each backstore for the LUNs of ``tpg``."""
+    return f"{name_prefix}_{tpg}"
+
 
 @dataclass(frozen=True)
 class LioLun:
@@ -144,6 +176,18 @@ class LioPlan:
     def portals(self) -> tuple[str, ...]:
         """Every portal's configfs name, one per path."""
         return tuple(portal_name(a, self.port) for a in (self.address, *self.more_addresses))
+
+    @property
+    def tpgs(self) -> tuple[str, ...]:
+        """The TPG of each portal, in :attr:`portals`' order."""
+        return tuple(tpg_name(i) for i in range(len(self.portals)))
+
+    def tpg_of(self, address: str) -> str:
+        """The TPG serving the portal at ``address``; ValueError when no portal is there."""
+        portal = portal_name(address, self.port)
+        if portal not in self.portals:
+            raise ValueError(f"no portal at {portal} (the portals are {', '.join(self.portals)})")
+        return self.tpgs[self.portals.index(portal)]
 
 
 def plan_from_lab(lab: LabModel, model: TargetModel, protocol: str) -> LioPlan:
@@ -345,7 +389,7 @@ class LioTarget(ConfigfsTarget):
             remote.write_state(host, self.state_file, state)
             hba = new
         path = f"{hba_path}/{lun.backstore}"
-        undo.push(f"remove backstore {lun.backstore}", partial(remote.rmdir_if, host, path))
+        undo.push(f"remove backstore {lun.backstore}", partial(remove_backstore, host, f"{hba}/{lun.backstore}"))
         self._step(f"cannot create backstore {lun.backstore}", partial(remote.mkdir, host, path))
         self._step(
             f"cannot point backstore {lun.backstore} at {lun.path}",
@@ -371,7 +415,6 @@ class LioTarget(ConfigfsTarget):
     def _make_target(self, plan: LioPlan, hbas: dict[int, str], undo: UndoStack, state: dict[str, Any]) -> None:
         host = self.host
         target = f"{ROOT}/iscsi/{plan.iqn}"
-        tpg = f"{target}/{TPG}"
         # The iscsi fabric group appears on first mkdir (it loads iscsi_target_mod); it is shared, never removed.
         self._step("cannot register the iSCSI fabric in configfs", partial(host.run, ["mkdir", "-p", f"{ROOT}/iscsi"]))
         discard = undo.push(f"remove iSCSI target {plan.iqn}", partial(remove_target, host, plan.iqn))
@@ -384,31 +427,53 @@ class LioTarget(ConfigfsTarget):
                 f"iSCSI target {plan.iqn} appeared while fabricqa was creating it (another session or tool)",
                 f"let the other session finish, or use another IQN in {self.where}.iscsi.iqn",
             )
-        self._step(f"cannot create {TPG} of {plan.iqn}", partial(remote.mkdir, host, tpg))
+        for index, address in enumerate((plan.address, *plan.more_addresses)):
+            self._make_tpg(plan, hbas, index, address)
+
+    def _make_tpg(self, plan: LioPlan, hbas: dict[int, str], index: int, address: str) -> None:
+        """The ``index``-th portal's TPG: its LUNs (each in the TPG's ALUA group when there are several paths),
+        the portal, the attributes and ACLs; enabled last."""
+        host = self.host
+        tpgt, name = plan.tpgs[index], plan.portals[index]
+        tpg = f"{ROOT}/iscsi/{plan.iqn}/{tpgt}"
+        self._step(f"cannot create {tpgt} of {plan.iqn}", partial(remote.mkdir, host, tpg))
         for lun in plan.luns:
             lun_dir = f"{tpg}/lun/lun_{lun.lun}"
-            self._step(f"cannot create LUN {lun.lun} of {plan.iqn}", partial(remote.mkdir, host, lun_dir))
+            backstore = f"{ROOT}/core/{hbas[lun.lun]}/{lun.backstore}"
+            self._step(f"cannot create LUN {lun.lun} of {plan.iqn} {tpgt}", partial(remote.mkdir, host, lun_dir))
             self._step(
                 f"cannot map backstore {lun.backstore} to LUN {lun.lun}",
-                partial(
-                    remote.link, host, f"{ROOT}/core/{hbas[lun.lun]}/{lun.backstore}", f"{lun_dir}/{lun.backstore}"
-                ),
+                partial(remote.link, host, backstore, f"{lun_dir}/{lun.backstore}"),
             )
-        for name, address in zip(plan.portals, (plan.address, *plan.more_addresses), strict=True):
-            portal = f"{tpg}/np/{name}"
-            self._step(
-                f"cannot open the iSCSI portal {name}",
-                partial(remote.mkdir, host, portal),
-                f"check that {address} is an address of the target and TCP port {plan.port} is free "
-                f"({self.where}.iscsi.port)",
-            )
-            if plan.iser:
+            if len(plan.portals) > 1:
+                # Removed with the backstore (remove_backstore), after the target and its LUNs.
+                group = alua_group(self.model.name_prefix, tpgt)
                 self._step(
-                    f"cannot switch on iSER on portal {name}",
-                    partial(remote.write, host, f"{portal}/iser", "1"),
-                    "check that ib_isert is loaded and an RDMA device (rxe or a NIC) sits on the portal's "
-                    "interface (`rdma link`)",
+                    f"cannot create ALUA group {group} in backstore {lun.backstore}",
+                    partial(remote.mkdir, host, f"{backstore}/{ALUA_FOLDER}/{group}"),
                 )
+                self._step(
+                    f"cannot number ALUA group {group} of {lun.backstore}",
+                    partial(remote.write, host, f"{backstore}/{ALUA_FOLDER}/{group}/tg_pt_gp_id", str(index + 1)),
+                )
+                self._step(
+                    f"cannot put LUN {lun.lun} of {tpgt} in ALUA group {group}",
+                    partial(remote.write, host, f"{lun_dir}/alua_tg_pt_gp", group),
+                )
+        portal = f"{tpg}/np/{name}"
+        self._step(
+            f"cannot open the iSCSI portal {name}",
+            partial(remote.mkdir, host, portal),
+            f"check that {address} is an address of the target and TCP port {plan.port} is free "
+            f"({self.where}.iscsi.port)",
+        )
+        if plan.iser:
+            self._step(
+                f"cannot switch on iSER on portal {name}",
+                partial(remote.write, host, f"{portal}/iser", "1"),
+                "check that ib_isert is loaded and an RDMA device (rxe or a NIC) sits on the portal's "
+                "interface (`rdma link`)",
+            )
         attrib = f"{tpg}/attrib"
         self._step("cannot switch off CHAP", partial(remote.write, host, f"{attrib}/authentication", "0"))
         if plan.cmdsn_depth is not None:
@@ -431,13 +496,13 @@ class LioTarget(ConfigfsTarget):
                     )
         else:
             # No initiator IQNs declared: demo mode, every initiator sees every LUN, writable.
-            for name, value in (
+            for setting, value in (
                 ("generate_node_acls", "1"),
                 ("cache_dynamic_acls", "1"),
                 ("demo_mode_write_protect", "0"),
             ):
-                self._step(f"cannot set {name}", partial(remote.write, host, f"{attrib}/{name}", value))
-        self._step(f"cannot enable {plan.iqn} {TPG}", partial(remote.write, host, f"{tpg}/enable", "1"))
+                self._step(f"cannot set {setting}", partial(remote.write, host, f"{attrib}/{setting}", value))
+        self._step(f"cannot enable {plan.iqn} {tpgt}", partial(remote.write, host, f"{tpg}/enable", "1"))
 
     # -- stale state and leftovers -------------------------------------------------------------------------
     def _ours(self, snap: LioSnapshot) -> tuple[list[str], list[str], list[str], bool]:
@@ -471,7 +536,7 @@ class LioTarget(ConfigfsTarget):
                 remove_target(self.host, iqn)
                 removed.append(f"{self.host.name}: removed iSCSI target {iqn}")
             for key in backstores:
-                remote.rmdir_if(self.host, f"{ROOT}/core/{key}")
+                remove_backstore(self.host, key)
                 removed.append(f"{self.host.name}: removed LIO backstore {key}")
             for hba in hbas:
                 if self.host.run(["rmdir", f"{ROOT}/core/{hba}"], check=False).ok:
@@ -492,6 +557,11 @@ class LioTarget(ConfigfsTarget):
         if has_state:
             found.append(f"{self.host.name}: state file {self.state_file} is still there")
         return found
+
+
+def remove_backstore(host: Host, key: str) -> None:
+    """Remove backstore ``key`` ("hba/name") with the ALUA groups in it (idempotent)."""
+    host.run(["sh", "-c", REMOVE_BACKSTORE_SCRIPT, "sh", key])
 
 
 def remove_target(host: Host, iqn: str) -> None:

@@ -62,6 +62,7 @@ class FaultHost(ScriptedHost):
         self.links: dict[int, set[str]] = {1: {NQN}}  # nvmet port -> linked subsystems (port 1 as recorded)
         self.ana = "optimized"
         self.portals: dict[str, str] = {PORTAL: "1"}  # LIO portal -> iser
+        self.alua: dict[str, str] = {"iblock_0/fabricqa_nvme0:fabricqa_tpgt_1": "0"}  # backstore:group -> state
         self.listening = True
         self.spdk_ana = "optimized"  # 10.10.10.19's ANA state on the SPDK app
         self.spdk_ana_reporting = True
@@ -150,6 +151,15 @@ class FaultHost(ScriptedHost):
             if failed is None:
                 self.portals.setdefault(argv[6], argv[7])
             return failed or T_UP + "\n"
+        if script == faults.LIO_ALUA_READ:
+            key = f"{argv[5]}:{argv[4]}"
+            return self.alua[key] + "\n" if key in self.alua else (1, "", "cat: ...: No such file or directory\n")
+        if script in (faults.LIO_ALUA_WRITE, faults.LIO_ALUA_RESTORE):
+            failed = self._event("break" if script == faults.LIO_ALUA_WRITE else "restore", script)
+            if failed is None:
+                for backstore in argv[6:]:
+                    self.alua[f"{backstore}:{argv[5]}"] = argv[4]
+            return failed or (T_DOWN if script == faults.LIO_ALUA_WRITE else T_UP) + "\n"
         if argv[:3] == ("python3", "-c", CLIENT_SCRIPT):
             return self._rpc(argv)
         if script == faults.TIMED and argv[4:7] == ("python3", "-c", CLIENT_SCRIPT):
@@ -349,9 +359,46 @@ def test_an_scst_or_tgt_port_down_is_the_target_hosts_storage_port_dropping_ever
     assert [type(part).__name__ for part in fault.parts] == ["LinkDrop"]
 
 
+def test_a_lio_alua_change_makes_the_tpgs_group_unavailable_in_each_backstore_and_restores_it() -> None:
+    """The TPG of the portal at the lab's first address (tpgt_1), its group in the backstore behind its LUN (as
+    recorded: tests/data/targets/lio-snapshot-iser.txt), 3 (unavailable) then back to 0 (Active/Optimized)."""
+    host = FaultHost("vstor")
+    owned(host, "lio", {"kind": "lio", "targets": [IQN], "hbas": [], "backstores": []})
+    fault = faults.alua_change(lab(), {"vstor": host}, "lio", "iscsi")
+    assert isinstance(fault, faults.LioAluaChange) and fault.tpg == "tpgt_1"
+    undo = UndoStack()
+    assert fault.inject(undo) == float(T_DOWN)
+    assert host.alua == {"iblock_0/fabricqa_nvme0:fabricqa_tpgt_1": "3"}
+    record = host.events[0][1][f"lio-alua:{IQN}:tpgt_1"]
+    assert record["params"]["backstores"] == ["iblock_0/fabricqa_nvme0"] and record["params"]["before"] == (
+        "active-optimized"
+    )
+    assert record["restore"] == (
+        "echo 0 > /sys/kernel/config/target/core/iblock_0/fabricqa_nvme0/alua/fabricqa_tpgt_1/alua_access_state"
+    )
+    assert undo.unwind() == [] and host.alua == {"iblock_0/fabricqa_nvme0:fabricqa_tpgt_1": "0"}
+    assert host.records() == {}
+    rebuilt = faults.REGISTRY["lio-alua"](lab(), host, "fabricqa", record)
+    assert isinstance(rebuilt, faults.LioAluaChange) and rebuilt.backstores == ["iblock_0/fabricqa_nvme0"]
+
+
+def test_an_alua_change_without_lios_group_or_on_another_kind_is_refused() -> None:
+    host = FaultHost("vstor")
+    owned(host, "lio", {"kind": "lio", "targets": [IQN], "hbas": [], "backstores": []})
+    host.alua = {}  # one portal: LIO's default group only
+    with pytest.raises(faults.FaultRefused, match=r"has no ALUA group fabricqa_tpgt_1 to change.*paths: all"):
+        faults.alua_change(lab(), {"vstor": host}, "lio", "iscsi").inject(UndoStack())
+    assert host.records() == {}
+    with pytest.raises(faults.FaultRefused, match=r"ALUA state changes are LIO's here, target nvmet is nvmet"):
+        faults.alua_change(lab(), {"vstor": host}, "nvmet", "nvme-tcp")
+    other = FaultHost("vstor")
+    with pytest.raises(faults.FaultRefused, match=rf"iSCSI target {IQN} was not made by fabricqa"):
+        faults.alua_change(lab(), {"vstor": other}, "lio", "iscsi").inject(UndoStack())
+
+
 def test_a_lio_portal_on_no_storage_port_of_the_lab_is_refused_before_anything_runs() -> None:
     host = FaultHost("vstor")
-    with pytest.raises(faults.FaultRefused, match=r"10\.10\.30\.19 is not the address of a storage port of vstor"):
+    with pytest.raises(faults.FaultRefused, match=r"target lio: no portal at 10\.10\.30\.19:3260 \(the portals are"):
         faults.target_port_down(lab(), {"vstor": host}, "lio", "iscsi", address="10.10.30.19")
     assert host.commands == []
 

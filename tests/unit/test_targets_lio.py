@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from fakes import Answer, ScriptedHost
 
-from pytest_fabricqa.lab import load_lab
+from pytest_fabricqa.lab import LabModel, load_lab
 from pytest_fabricqa.targets.base import ProvisionError, UndoStack
-from pytest_fabricqa.targets.lio import LioTarget, parse_snapshot, plan_from_lab
+from pytest_fabricqa.targets.lio import REMOVE_BACKSTORE_SCRIPT, LioTarget, parse_snapshot, plan_from_lab
 from pytest_fabricqa.targets.scsi import unit_serial
 
 DATA = Path(__file__).parents[1] / "data" / "targets"
@@ -91,7 +92,8 @@ def test_leftovers_and_cleanup_find_our_target_by_its_backstores_even_without_a_
     assert removed[0] == "vstor: removed iSCSI target iqn.2026-11.io.fabricqa:vstor"
     removals = [c for c in host.commands if c[-1] in ("iqn.2026-11.io.fabricqa:vstor",) or "fabricqa_nvme0" in c[-1]]
     assert removals[0][-1] == "iqn.2026-11.io.fabricqa:vstor"  # the target goes before its backstore
-    assert removals[1][-1].endswith("core/iblock_0/fabricqa_nvme0")
+    assert removals[1][-2:] == ("sh", "iblock_0/fabricqa_nvme0")  # with the ALUA groups in it
+    assert removals[1][2] == REMOVE_BACKSTORE_SCRIPT
 
 
 def test_a_foreign_target_and_backstore_are_not_ours() -> None:
@@ -146,3 +148,63 @@ def test_each_backstore_gets_its_own_unit_serial_before_its_lun_is_linked() -> N
         serial = next(i for i, c in enumerate(commands) if f"{lun.backstore}/wwn/vpd_unit_serial" in c)
         assert lun.serial in commands[serial]
         assert serial < next(i for i, c in enumerate(commands) if f"lun_{lun.lun}/{lun.backstore}" in c)
+
+
+def test_each_portal_gets_its_own_tpg_and_each_tpg_its_own_alua_group_in_every_backstore() -> None:
+    """Several paths: a TPG per portal (a target port per path in SCSI's terms), and in each backstore an ALUA group
+    per TPG, numbered, with the TPG's LUN put in it after the LUN is linked -- what lets one path's ALUA state
+    change alone (faults.LioAluaChange). As recorded on the lab: tests/data/targets/lio-snapshot-two-paths.txt."""
+    lab = load_lab(LABS / "vlab.yaml")
+    model = lab.target_for("iscsi", "lio")
+    plan = plan_from_lab(lab, model, "iscsi")
+    assert plan.tpgs == ("tpgt_1", "tpgt_2")
+    assert plan.tpg_of("10.10.20.19") == "tpgt_2" and plan.tpg_of("10.10.10.19") == "tpgt_1"
+    with pytest.raises(ValueError, match=r"no portal at 10\.10\.30\.19:3260"):
+        plan.tpg_of("10.10.30.19")
+    host = LioHost((DATA / "lio-snapshot-empty.txt").read_text())
+    LioTarget(lab, model, {"vstor": host})._make_target(  # type: ignore[dict-item]
+        plan, {0: "iblock_0", 1: "iblock_1"}, UndoStack(), {"targets": [plan.iqn]}
+    )
+    commands = [" ".join(c) for c in host.commands]
+    tpg = f"/sys/kernel/config/target/iscsi/{plan.iqn}/tpgt_"
+    assert [c.rsplit("np/", 1)[-1] for c in commands if "/np/" in c and "mkdir" in c] == [
+        "10.10.10.19:3260",
+        "10.10.20.19:3260",
+    ]
+    assert any(f"{tpg}1/np/10.10.10.19:3260" in c for c in commands)
+    assert any(f"{tpg}2/np/10.10.20.19:3260" in c for c in commands)
+    for index in (1, 2):
+        for lun in plan.luns:
+            group = f"iblock_{lun.lun}/{lun.backstore}/alua/fabricqa_tpgt_{index}"
+            made = next(i for i, c in enumerate(commands) if c.endswith(group))
+            numbered = next(i for i, c in enumerate(commands) if f"{group}/tg_pt_gp_id" in c)
+            assert commands[numbered].split()[-2] == str(index)  # remote.write: sh -c SCRIPT sh VALUE PATH
+            linked = next(i for i, c in enumerate(commands) if f"tpgt_{index}/lun/lun_{lun.lun}/{lun.backstore}" in c)
+            joined = next(i for i, c in enumerate(commands) if f"tpgt_{index}/lun/lun_{lun.lun}/alua_tg_pt_gp" in c)
+            assert made < numbered < joined and linked < joined
+            assert commands[joined].split()[-2] == f"fabricqa_tpgt_{index}"
+        assert any(c.endswith(f"1 {tpg}{index}/enable") for c in commands)
+
+
+def test_one_portal_keeps_lios_default_alua_group() -> None:
+    data = yaml.safe_load((LABS / "vlab.yaml").read_text())
+    next(t for t in data["targets"] if t["kind"] == "lio")["paths"] = "first"
+    lab = LabModel.model_validate(data)
+    model = lab.target_for("iscsi", "lio")
+    plan = plan_from_lab(lab, model, "iscsi")
+    assert plan.tpgs == ("tpgt_1",)
+    host = LioHost((DATA / "lio-snapshot-empty.txt").read_text())
+    LioTarget(lab, model, {"vstor": host})._make_target(  # type: ignore[dict-item]
+        plan, {0: "iblock_0", 1: "iblock_1"}, UndoStack(), {"targets": [plan.iqn]}
+    )
+    assert not [c for c in host.commands if any("alua" in part for part in c)]
+
+
+def test_the_recorded_two_path_snapshot_has_a_tpg_per_portal_with_every_lun() -> None:
+    snap = parse_snapshot((DATA / "lio-snapshot-two-paths.txt").read_text())
+    tpgs = snap.targets["iqn.2026-11.io.fabricqa:vstor"]
+    assert {name: list(tpg["portals"]) for name, tpg in tpgs.items()} == {
+        "tpgt_1": ["10.10.10.19:3260"],
+        "tpgt_2": ["10.10.20.19:3260"],
+    }
+    assert tpgs["tpgt_1"]["luns"] == tpgs["tpgt_2"]["luns"]
