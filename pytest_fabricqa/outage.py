@@ -183,6 +183,30 @@ def parse_active_path(text: str) -> tuple[str, str] | None:
     return None if best is None else (best[1], best[2])
 
 
+def parse_path_counts(text: str) -> dict[str, int]:
+    """:data:`ACTIVE_PATH`'s output -> target address ``traddr`` -> I/Os its paths completed in the sample."""
+    counts: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) < 3 or not parts[1].lstrip("-").isdigit():
+            continue
+        address = traddr_of(parts[2])
+        counts[address] = counts.get(address, 0) + int(parts[1])
+    return counts
+
+
+LATE_SAMPLE_S = 2
+"""How long, at the end of a one-path or target-side fault, each host's paths' completions are counted."""
+LATE_MARGIN_S = 2
+"""The late sample ends this long before the restore (the sampling command's own time, under emulation)."""
+
+
+def path_counts(host: Host, device: str, sample_s: int = LATE_SAMPLE_S) -> dict[str, int]:
+    """Target address -> I/Os the paths of ``device`` to it completed over ``sample_s`` seconds."""
+    found = host.run(["sh", "-c", ACTIVE_PATH, "sh", device, str(sample_s)], check=False, timeout=60 + sample_s)
+    return parse_path_counts(found.stdout)
+
+
 def active_path(host: Host, device: str) -> tuple[str, str]:
     """(path device, target address) of the path of ``device`` (an NVMe multipath head or a dm-multipath map) that
     completed the most I/O over a second: the one carrying it now. :class:`faults.FaultError` when it cannot be
@@ -202,6 +226,11 @@ def active_path(host: Host, device: str) -> tuple[str, str]:
 def active_interface(lab: LabModel, host: Host, device: str) -> str:
     """The storage interface of ``host`` the I/O to ``device`` (an NVMe multipath head) goes out of now: the
     :func:`active_path`'s target address and the host's port in that subnet."""
+    return active_port(lab, host, device)[0]
+
+
+def active_port(lab: LabModel, host: Host, device: str) -> tuple[str, str]:
+    """(storage interface of ``host``, target address) of the path carrying the I/O to ``device`` now."""
     path, traddr = active_path(host, device)
     local = lab.local_port(host.name, traddr) if traddr else None
     port = next((p for p in lab.hosts[host.name].storage if str(p.address) == local), None)
@@ -212,7 +241,7 @@ def active_interface(lab: LabModel, host: Host, device: str) -> str:
             "the host in the lab reaches",
             f"list the host's port in that subnet in hosts.{host.name}.storage",
         )
-    return port.interface
+    return port.interface, traddr
 
 
 IO_FLOWING_WAIT_S = 60
@@ -339,6 +368,11 @@ class OutageResult:
     """What each host's fio left (its JSON, messages, logs), for the report's raw files."""
     series: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     """Per host: IOPS over time and the fault window (:func:`failover.throughput_points`), for the report's chart."""
+    faulted: dict[str, str] = field(default_factory=dict)
+    """Per host: the target address of the path a one-path or target-side fault took away."""
+    late_ios: dict[str, int | None] = field(default_factory=dict)
+    """Per host: I/Os that path completed in the fault's last :data:`LATE_SAMPLE_S` s (None: not counted). A path
+    that was really taken away completes none; a fault that changed nothing would pass for a clean failover."""
 
     def raw_files(self) -> dict[str, str]:
         """``host/file`` -> text of every host's fio output, with each host's fault times (Unix ms) as
@@ -447,12 +481,14 @@ def path_outage(
     )
     _settled(each(hosts, lambda h: wait_for_io(h, devices[h.name])))
     if outage == ONE_PATH:  # the path carrying the I/O is known only once it flows
-        chosen = _settled(each(hosts, lambda h: active_interface(lab, h, devices[h.name])))
-        links = {h.name: [faults.link_outage(lab, h, name_prefix, chosen[h.name])] for h in hosts}
+        chosen = _settled(each(hosts, lambda h: active_port(lab, h, devices[h.name])))
+        links = {h.name: [faults.link_outage(lab, h, name_prefix, chosen[h.name][0])] for h in hosts}
+        result.faulted = {name: traddr for name, (_, traddr) in chosen.items()}
         _settled(each(hosts, lambda h: _arm_all(links[h.name], undo)))
     if outage in TARGET_OUTAGES:
         assert target_fault is not None
         traddr = active_path(hosts[0], devices[hosts[0].name])[1]
+        result.faulted = {h.name: traddr for h in hosts}
         at_target = target_fault(traddr)
         at_target.arm(undo)
     time.sleep(settings.before_s)
@@ -467,6 +503,8 @@ def path_outage(
             # then costs 13 s, not the 45 s a slower protocol needs.
             down_s = _hold_until_fio_ends(hosts, folders, down_s)
             result.down_s = round(down_s, 1)
+        elif outage == ONE_PATH:
+            result.late_ios = _hold_counting(hosts, devices, result.faulted, down_s)
         else:
             time.sleep(down_s)
         up = each(hosts, lambda h: _restore_all(links[h.name]), check=False)
@@ -475,7 +513,7 @@ def path_outage(
         # the change and just after its restore, so it holds the change with at most a command's time to spare.
         down = each(hosts, _clock, check=False)
         fired = _attempt(at_target.fire)
-        time.sleep(down_s)
+        result.late_ios = _hold_counting(hosts, devices, result.faulted, down_s)
         restored = _attempt(at_target.restore)
         up = each(hosts, _clock, check=False)
         for what, failure in (("made", fired), ("undone", restored)):
@@ -520,6 +558,21 @@ def path_outage(
 
 
 FIO_ENDED = '[ -e "$1/end" ]'
+
+
+def _hold_counting(
+    hosts: Sequence[Host], devices: Mapping[str, str], faulted: Mapping[str, str], down_s: float
+) -> dict[str, int | None]:
+    """Wait out a fault of ``down_s`` seconds; per host, the I/Os the path to ``faulted[host]`` completed over
+    :data:`LATE_SAMPLE_S` s ending :data:`LATE_MARGIN_S` s before the wait does (None where it could not be read)."""
+    began = time.monotonic()
+    time.sleep(max(0.0, down_s - LATE_SAMPLE_S - LATE_MARGIN_S))
+    counted = each(hosts, lambda h: path_counts(h, devices[h.name]), check=False)
+    time.sleep(max(0.0, down_s - (time.monotonic() - began)))
+    return {
+        name: None if isinstance(counts, BaseException) else counts.get(faulted[name], 0)
+        for name, counts in counted.items()
+    }
 
 
 def _hold_until_fio_ends(hosts: Sequence[Host], folders: Mapping[str, str], most_s: float) -> float:
@@ -596,6 +649,16 @@ def outage_problems(
                 f"{label}: I/O did not move to a remaining path while the path was down for {result.down_s:g} s: "
                 f"none completed {when}"
             )
+        late = result.late_ios.get(host)
+        if result.outage in (ONE_PATH, *TARGET_OUTAGES) and host in result.faulted:
+            to = f"the path to {result.faulted[host]}"
+            if late is None:
+                problems.append(f"{label}: the I/O of {to} could not be counted during the fault")
+            elif late > 0:
+                problems.append(
+                    f"{label}: {to} still completed {late} I/Os in the fault's last {LATE_SAMPLE_S} s: the fault did "
+                    "not take the path away, so the case measured no failover"
+                )
         if result.outage == LONG and figures.io_errors == 0:
             problems.append(
                 f"{label}: no I/O error was seen although every path was down for {result.down_s:g} s, longer than "

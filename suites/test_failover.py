@@ -201,6 +201,10 @@ def _outage_case(
                     n: {"start_ms": f.fault.start_ms, "end_ms": f.fault.end_ms} for n, f in result.figures.items()
                 },
                 "timeouts_before": result.timeouts,
+                # The path the fault took away, and what it completed near the fault's end (none, if it went).
+                "faulted_paths": {
+                    n: {"traddr": a, "late_ios": result.late_ios.get(n)} for n, a in result.faulted.items()
+                },
                 "timeouts_applied": {"nvme": settings.nvme.model_dump(), "iscsi": settings.iscsi.model_dump()},
                 "series": result.series,  # IOPS over time per host and the fault window: the report's chart
             }

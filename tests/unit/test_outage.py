@@ -23,6 +23,7 @@ from fakes import Answer, ScriptedHost, answer_files
 
 from pytest_fabricqa import faults, outage
 from pytest_fabricqa.failover import (
+    ALUA,
     ANA,
     BRIEF,
     LONG,
@@ -616,6 +617,40 @@ def one_path(host: str, *, first_io_s: float | None, io_errors: int = 0) -> Fail
 def test_a_one_path_outage_passes_when_io_moved_to_another_path_while_it_was_down(kind: str) -> None:
     moved = outage.OutageResult(kind, 15.0, {"vnode1": one_path("vnode1", first_io_s=6.2)})
     assert outage.outage_problems(moved, LIMITS, ["vnode1"]) == []
+
+
+def faulted(kind: str, late_ios: int | None) -> outage.OutageResult:
+    result = outage.OutageResult(kind, 15.0, {"vnode1": one_path("vnode1", first_io_s=6.2)})
+    result.faulted, result.late_ios = {"vnode1": "10.10.10.19"}, {"vnode1": late_ios}
+    return result
+
+
+@pytest.mark.parametrize("kind", [ONE_PATH, ANA, ALUA, PORT])
+def test_a_fault_whose_path_still_completes_io_at_its_end_fails_the_case(kind: str) -> None:
+    """A fault that changed nothing looks like a perfect failover (no stall, no error, I/O all along): the path it
+    should have taken away completing I/O near the fault's end is what gives it away; I/O that could not be
+    counted fails too, and a quiet path passes."""
+    assert outage.outage_problems(faulted(kind, 0), LIMITS, ["vnode1"]) == []
+    problems = outage.outage_problems(faulted(kind, 37), LIMITS, ["vnode1"])
+    assert problems == [
+        "vnode1, fault the active path's link (eth1) down 15 s: the path to 10.10.10.19 still completed 37 I/Os in "
+        "the fault's last 2 s: the fault did not take the path away, so the case measured no failover"
+    ]
+    unread = outage.outage_problems(faulted(kind, None), LIMITS, ["vnode1"])
+    assert unread == [
+        "vnode1, fault the active path's link (eth1) down 15 s: the I/O of the path to 10.10.10.19 could not be "
+        "counted during the fault"
+    ]
+
+
+def test_the_late_count_is_the_faulted_addresses_paths_from_a_recorded_sample() -> None:
+    """ACTIVE_PATH's lines as vnode1 printed them for its dm-multipath map during the ALUA fault (the disk over
+    10.10.10.19 unavailable: tests/data/paths/lio-alua-unavailable.vnode1.txt), and an NVMe head's."""
+    out = "sda\t0\ttraddr=10.10.10.19,trsvcid=3260\nsdc\t500\ttraddr=10.10.20.19,trsvcid=3260\n"
+    assert outage.parse_path_counts(out) == {"10.10.10.19": 0, "10.10.20.19": 500}
+    nvme = "nvme1c0n1\t3\ttraddr=10.10.10.19,trsvcid=4420 \nnvme1c1n1\t57\ttraddr=10.10.20.19,trsvcid=4420 \n"
+    assert outage.parse_path_counts(nvme) == {"10.10.10.19": 3, "10.10.20.19": 57}
+    assert outage.parse_path_counts("") == {}
 
 
 def test_the_ana_outage_needs_the_fault_on_the_target() -> None:
