@@ -625,7 +625,12 @@ def faulted(kind: str, late_ios: int | None) -> outage.OutageResult:
     return result
 
 
-@pytest.mark.parametrize("kind", [ONE_PATH, ANA, ALUA, PORT])
+def test_an_alua_fault_is_not_judged_by_its_paths_late_count() -> None:
+    """Commands refused by an ALUA-unavailable port count as completed in the disk's stat (CI, a8a32a1)."""
+    assert outage.outage_problems(faulted(ALUA, 124), LIMITS, ["vnode1"]) == []
+
+
+@pytest.mark.parametrize("kind", [ONE_PATH, ANA, PORT])
 def test_a_fault_whose_path_still_completes_io_at_its_end_fails_the_case(kind: str) -> None:
     """A fault that changed nothing looks like a perfect failover (no stall, no error, I/O all along): the path it
     should have taken away completing I/O near the fault's end is what gives it away; I/O that could not be
