@@ -171,29 +171,27 @@ done
 ACTIVE_SAMPLE_S = 1
 
 
+def _path_lines(text: str) -> list[tuple[str, int, str]]:
+    """:data:`ACTIVE_PATH`'s output as (path device, I/Os completed in the sample, target address ``traddr``)."""
+    lines = [line.split("\t") for line in text.splitlines()]
+    return [(p[0], int(p[1]), traddr_of(p[2])) for p in lines if len(p) >= 3 and p[1].lstrip("-").isdigit()]
+
+
 def parse_active_path(text: str) -> tuple[str, str] | None:
     """:data:`ACTIVE_PATH`'s output -> (path device, target address ``traddr``) of the path that completed the most
     I/O in the sample; None when no path completed any."""
     best: tuple[int, str, str] | None = None
-    for line in text.splitlines():
-        parts = line.split("\t")
-        if len(parts) < 3 or not parts[1].lstrip("-").isdigit():
-            continue
-        done = int(parts[1])
+    for path, done, traddr in _path_lines(text):
         if done > 0 and (best is None or done > best[0]):
-            best = (done, parts[0], traddr_of(parts[2]))
+            best = (done, path, traddr)
     return None if best is None else (best[1], best[2])
 
 
 def parse_path_counts(text: str) -> dict[str, int]:
     """:data:`ACTIVE_PATH`'s output -> target address ``traddr`` -> I/Os its paths completed in the sample."""
     counts: dict[str, int] = {}
-    for line in text.splitlines():
-        parts = line.split("\t")
-        if len(parts) < 3 or not parts[1].lstrip("-").isdigit():
-            continue
-        address = traddr_of(parts[2])
-        counts[address] = counts.get(address, 0) + int(parts[1])
+    for _, done, traddr in _path_lines(text):
+        counts[traddr] = counts.get(traddr, 0) + done
     return counts
 
 
@@ -210,8 +208,9 @@ count cannot tell a refused path from a working one there."""
 
 
 def path_counts(host: Host, device: str, sample_s: int = LATE_SAMPLE_S) -> dict[str, int]:
-    """Target address -> I/Os the paths of ``device`` to it completed over ``sample_s`` seconds."""
-    found = host.run(["sh", "-c", ACTIVE_PATH, "sh", device, str(sample_s)], check=False, timeout=60 + sample_s)
+    """Target address -> I/Os the paths of ``device`` to it completed over ``sample_s`` seconds; a failed sample
+    raises (:class:`CommandError`) rather than read as no I/O."""
+    found = host.run(["sh", "-c", ACTIVE_PATH, "sh", device, str(sample_s)], timeout=60 + sample_s)
     return parse_path_counts(found.stdout)
 
 
@@ -453,8 +452,8 @@ def path_outage(
     outage's time; :data:`failover.ONE_PATH`: only the link of the path carrying the I/O once it flows
     (:func:`active_interface`), for ``one_path_down_s``; :data:`failover.TARGET_OUTAGES`:
     ``target_fault(address)`` on the target, for the port at the address carrying the first host's I/O (its ANA
-    group inaccessible, its ALUA group unavailable, or the port itself taken away), for ``one_path_down_s``, each host's window read on its own
-    clock just before and after. ``family``: ``nvme`` or ``scsi`` (which timeouts of ``lab.failover`` apply). Every
+    group inaccessible, its ALUA group unavailable, or the port itself taken away), for ``one_path_down_s``, each
+    host's window read on its own clock just before and after. ``family``: ``nvme`` or ``scsi`` (which timeouts of ``lab.failover`` apply). Every
     change is undone by ``undo`` (the caller unwinds it, also on failure); the links are up again and fio has ended
     on return."""
     settings: FailoverSettings = lab.failover
