@@ -9,6 +9,13 @@ cluster does, on two initiators A and B that see the same namespace or LUN:
 4. B preempts A's key: B holds the reservation, A's registration is gone;
 5. B writes; A's write fails with a reservation conflict.
 
+The type is the driver's :meth:`Reservations.fencing_type` for A's device. On a dm-multipath map it is Write
+Exclusive, *registrants only*, as fence_mpath, fence_scsi and every cluster on dm-multipath use: each path is an
+I_T nexus of its own, and a plain Write Exclusive is held by the one nexus that reserved, so the holder's own writes
+down another path (another target port: LIO's TPG per portal) meet a reservation conflict (the CI run of 5962dc0,
+iser-lio). Under registrants only every registered nexus writes, so step 3 becomes "A writes and B, registered,
+writes too"; the fence is step 5, where the preempt took A's registrations away on every path.
+
 The release (a CLEAR with whichever key is still registered, which drops every registration and the
 reservation) is registered as an undo *before* the first registration, so it runs after a failure too.
 
@@ -35,6 +42,8 @@ from pytest_fabricqa.transport.base import CommandError, Host
 
 WRITE_EXCLUSIVE = 1
 """Reservation type 1 in both SPC-3 (PROUT TYPE) and NVMe (RTYPE): only the holder writes, everyone reads."""
+SCSI_WRITE_EXCLUSIVE_REGISTRANTS_ONLY = 5
+"""SPC-3 PROUT TYPE 5: every registered I_T nexus writes; what a cluster reserves on a dm-multipath map."""
 KEY_BASE = 0x6661627161000000  # "fabqa" and zeros: keys a person can tell apart from a cluster's
 CONFLICT = "Invalid exchange"
 """strerror(EBADE): Linux's BLK_STS_NEXUS, what a write refused for a reservation conflict returns (SCSI
@@ -162,11 +171,13 @@ def parse_nvme_resv_report(text: str) -> ReservationState:
 
 
 class Reservations(Protocol):
-    """One family's reservation commands on one initiator's device (``path``; ``nsid`` for NVMe)."""
+    """One family's reservation commands on one initiator's device (``path``; ``nsid`` for NVMe); ``rtype`` is the
+    family's reservation type number, the first of :meth:`fencing_type`'s (number, words)."""
 
+    def fencing_type(self, path: str) -> tuple[int, str]: ...
     def register(self, host: Host, path: str, key: int) -> None: ...
-    def reserve(self, host: Host, path: str, key: int) -> None: ...
-    def preempt(self, host: Host, path: str, key: int, victim: int) -> None: ...
+    def reserve(self, host: Host, path: str, key: int, rtype: int) -> None: ...
+    def preempt(self, host: Host, path: str, key: int, victim: int, rtype: int) -> None: ...
     def clear(self, host: Host, path: str, key: int) -> None: ...
     def report(self, host: Host, path: str) -> ReservationState: ...
 
@@ -190,23 +201,25 @@ class ScsiReservations:
     def _out(self, host: Host, path: str, *args: str) -> None:
         host.run(scsi_argv(path, "--out", *args), timeout=60)
 
+    def fencing_type(self, path: str) -> tuple[int, str]:
+        """Write Exclusive on a disk (one I_T nexus); registrants only on a dm-multipath map (a nexus per path:
+        see the module docstring)."""
+        rtype = SCSI_WRITE_EXCLUSIVE_REGISTRANTS_ONLY if path.startswith("/dev/mapper/") else WRITE_EXCLUSIVE
+        return rtype, SCSI_TYPES[rtype]
+
     def register(self, host: Host, path: str, key: int) -> None:
-        """PROUT REGISTER ``key`` for this initiator's I_T nexus."""
+        """PROUT REGISTER ``key`` for this initiator's I_T nexus (every path's, on a map)."""
         self._out(host, path, "--register", f"--param-sark={key:#x}")
 
-    def reserve(self, host: Host, path: str, key: int) -> None:
-        """PROUT RESERVE, Write Exclusive, with ``key``."""
-        self._out(host, path, "--reserve", f"--param-rk={key:#x}", f"--prout-type={WRITE_EXCLUSIVE}")
+    def reserve(self, host: Host, path: str, key: int, rtype: int) -> None:
+        """PROUT RESERVE of type ``rtype`` with ``key``."""
+        self._out(host, path, "--reserve", f"--param-rk={key:#x}", f"--prout-type={rtype}")
 
-    def preempt(self, host: Host, path: str, key: int, victim: int) -> None:
-        """PROUT PREEMPT: ``key``'s holder takes the reservation and ``victim``'s registration away."""
+    def preempt(self, host: Host, path: str, key: int, victim: int, rtype: int) -> None:
+        """PROUT PREEMPT: ``key``'s holder takes the reservation (type ``rtype``) and ``victim``'s registration
+        away."""
         self._out(
-            host,
-            path,
-            "--preempt",
-            f"--param-rk={key:#x}",
-            f"--param-sark={victim:#x}",
-            f"--prout-type={WRITE_EXCLUSIVE}",
+            host, path, "--preempt", f"--param-rk={key:#x}", f"--param-sark={victim:#x}", f"--prout-type={rtype}"
         )
 
     def clear(self, host: Host, path: str, key: int) -> None:
@@ -231,24 +244,23 @@ class NvmeReservations:
     def _run(self, host: Host, command: str, path: str, *args: str) -> str:
         return host.run(["nvme", command, path, f"--namespace-id={self.nsid}", *args], timeout=60).stdout
 
+    def fencing_type(self, path: str) -> tuple[int, str]:
+        """Write Exclusive: NVMe reservations belong to the host (its Host Identifier), not to a controller, so
+        one holder's writes go down every path of native multipath."""
+        return WRITE_EXCLUSIVE, NVME_TYPES[WRITE_EXCLUSIVE]
+
     def register(self, host: Host, path: str, key: int) -> None:
         """Reservation Register, action 0 (register) with new key ``key``."""
         self._run(host, "resv-register", path, f"--nrkey={key:#x}", "--rrega=0")
 
-    def reserve(self, host: Host, path: str, key: int) -> None:
-        """Reservation Acquire, action 0 (acquire), Write Exclusive."""
-        self._run(host, "resv-acquire", path, f"--crkey={key:#x}", f"--rtype={WRITE_EXCLUSIVE}", "--racqa=0")
+    def reserve(self, host: Host, path: str, key: int, rtype: int) -> None:
+        """Reservation Acquire, action 0 (acquire), type ``rtype``."""
+        self._run(host, "resv-acquire", path, f"--crkey={key:#x}", f"--rtype={rtype}", "--racqa=0")
 
-    def preempt(self, host: Host, path: str, key: int, victim: int) -> None:
-        """Reservation Acquire, action 1 (preempt) of ``victim``'s key."""
+    def preempt(self, host: Host, path: str, key: int, victim: int, rtype: int) -> None:
+        """Reservation Acquire, action 1 (preempt) of ``victim``'s key, type ``rtype``."""
         self._run(
-            host,
-            "resv-acquire",
-            path,
-            f"--crkey={key:#x}",
-            f"--prkey={victim:#x}",
-            f"--rtype={WRITE_EXCLUSIVE}",
-            "--racqa=1",
+            host, "resv-acquire", path, f"--crkey={key:#x}", f"--prkey={victim:#x}", f"--rtype={rtype}", "--racqa=1"
         )
 
     def clear(self, host: Host, path: str, key: int) -> None:
@@ -316,6 +328,7 @@ def fencing(driver: Reservations, a: Host, b: Host, device: SharedDevice, undo: 
             out.check(name, _said(exc))
             raise _Stop from None
 
+    rtype, words = driver.fencing_type(pa)
     try:
         step(f"{a.name} registers {ka:#x}", lambda: driver.register(a, pa, ka))
         step(f"{b.name} registers {kb:#x}", lambda: driver.register(b, pb, kb))
@@ -325,15 +338,15 @@ def fencing(driver: Reservations, a: Host, b: Host, device: SharedDevice, undo: 
             None if set(state.keys) == {ka, kb} and state.holder is None else f"the target reports {state.describe()}",
             state.describe(),
         )
-        step(f"{a.name} reserves (Write Exclusive)", lambda: driver.reserve(a, pa, ka))
+        step(f"{a.name} reserves ({words})", lambda: driver.reserve(a, pa, ka, rtype))
         state = step("report after reserving", lambda: driver.report(b, pb))
-        out.check(f"{a.name} holds Write Exclusive", _holds(state, ka, {ka, kb}), state.describe())
+        out.check(f"{a.name} holds {words}", _holds(state, ka, {ka, kb}, words), state.describe())
         _writes(out, a, pa, allowed=True)
-        _writes(out, b, pb, allowed=False)
+        _writes(out, b, pb, allowed="registrants" in words)
         _reads(out, b, pb)
-        step(f"{b.name} preempts {a.name}", lambda: driver.preempt(b, pb, kb, ka))
+        step(f"{b.name} preempts {a.name}", lambda: driver.preempt(b, pb, kb, ka, rtype))
         state = step("report after preempting", lambda: driver.report(b, pb))
-        out.check(f"{b.name} holds Write Exclusive, {a.name}'s key gone", _holds(state, kb, {kb}), state.describe())
+        out.check(f"{b.name} holds {words}, {a.name}'s key gone", _holds(state, kb, {kb}, words), state.describe())
         _writes(out, b, pb, allowed=True)
         _writes(out, a, pa, allowed=False)
     except _Stop:
@@ -355,11 +368,11 @@ def _said(exc: BaseException) -> str:
     return str(exc)
 
 
-def _holds(state: ReservationState, key: int, keys: set[int]) -> str | None:
-    if state.holder == key and state.type == SCSI_TYPES[WRITE_EXCLUSIVE] and set(state.keys) == keys:
+def _holds(state: ReservationState, key: int, keys: set[int], words: str) -> str | None:
+    if state.holder == key and state.type == words and set(state.keys) == keys:
         return None
     want = ", ".join(f"{k:#x}" for k in sorted(keys))
-    return f"expected holder {key:#x} (Write Exclusive) and keys {want}; the target reports {state.describe()}"
+    return f"expected holder {key:#x} ({words}) and keys {want}; the target reports {state.describe()}"
 
 
 def _writes(out: Fencing, host: Host, path: str, *, allowed: bool) -> None:

@@ -142,8 +142,8 @@ def test_reservations_fence(
     lab: LabModel, fabric: Fabric, protocol: str, lab_hosts: dict[str, Host], write_guard: WriteGuard,
     fabricqa_report: Any, request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
-    """Both initiators register, one holds Write Exclusive, the other's write is refused, a preempt moves it;
-    everything is released at teardown, even after a failure."""
+    """Both initiators register, one holds Write Exclusive (registrants only on a multipath map), the preempt of
+    its key fences it: its write is refused; everything is released at teardown, even after a failure."""
     kind = lab.target_for(protocol, fabric.target).kind
     why = unsupported(kind)
     if why is not None:

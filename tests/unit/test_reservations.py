@@ -14,6 +14,7 @@ from pytest_fabricqa.reservations import (
     CONFLICT,
     NvmeReservations,
     ReservationState,
+    SCSI_TYPES,
     ScsiReservations,
     fencing,
     parse_nvme_resv_report,
@@ -59,12 +60,14 @@ def test_the_capability_is_one_fact_and_a_kind_without_it_says_so() -> None:
 
 
 class Target:
-    """Reservation state as a target keeps it (registrations, holder, Write Exclusive), fed by sg_persist and dd
-    argv from two hosts; ``broken`` makes B's write go through (a target that does not fence)."""
+    """Reservation state as a target keeps it (registrations, holder, type 1 or 5), fed by sg_persist,
+    mpathpersist and dd argv from two hosts; ``broken`` lets one host's write through whatever the reservation
+    says (a target that does not fence it)."""
 
-    def __init__(self, *, broken: bool = False, refuse_preempt: bool = False) -> None:
+    def __init__(self, *, broken: str = "", refuse_preempt: bool = False) -> None:
         self.keys: dict[str, int] = {}
         self.holder: str | None = None
+        self.type = 0
         self.broken = broken
         self.refuse_preempt = refuse_preempt
         self.generation = 0
@@ -75,20 +78,21 @@ class Target:
     def answer(self, who: str, argv: tuple[str, ...]) -> tuple[int, str, str]:
         if argv[0] == "dd":
             if argv[1].startswith("if=/dev/zero"):  # a write
-                allowed = self.holder is None or self.holder == who or (self.broken and who == "vnode2")
+                registrant = self.type == 5 and who in self.keys
+                allowed = self.holder in (None, who) or registrant or who == self.broken
                 return (0, "", "") if allowed else (1, "", f"dd: error writing '{argv[2][3:]}': {CONFLICT}\n")
             return 0, "", ""
-        args = dict(a.split("=", 1) for a in argv if a.startswith("--param"))
+        args = dict(a.split("=", 1) for a in argv if a.startswith(("--param", "--prout")))
         if "--register" in argv:
             self.keys[who] = int(args["--param-sark"], 16)
         elif "--reserve" in argv:
-            self.holder = who
+            self.holder, self.type = who, int(args["--prout-type"])
         elif "--preempt" in argv:
             if self.refuse_preempt:
                 return 24, "", "PR out: command failed\n"
             victim = int(args["--param-sark"], 16)
             self.keys = {h: k for h, k in self.keys.items() if k != victim}
-            self.holder = who
+            self.holder, self.type = who, int(args["--prout-type"])
         elif "--clear" in argv:
             self.keys, self.holder = {}, None
         elif "--read-keys" in argv:
@@ -106,7 +110,8 @@ class Target:
             key = self.keys[self.holder]
             return (
                 0,
-                f"  PR generation={self.generation:#x}, Reservation follows:\n    Key={key:#x}\n    scope: LU_SCOPE,  type: Write Exclusive\n",
+                f"  PR generation={self.generation:#x}, Reservation follows:\n    Key={key:#x}\n    scope: LU_SCOPE,  "
+                f"type: {SCSI_TYPES[self.type]}\n",
                 "",
             )
         self.generation += 1
@@ -131,7 +136,7 @@ def test_two_initiators_fence_each_other_and_everything_is_released() -> None:
 
 
 def test_a_target_that_does_not_fence_fails_the_case() -> None:
-    target = Target(broken=True)
+    target = Target(broken="vnode2")
     result = fencing(ScsiReservations(), target.host("vnode1"), target.host("vnode2"), DEVICE, UndoStack())
     assert result.problems == [
         "vnode2's write to /dev/sdc is refused: the write succeeded: the reservation did not fence this initiator"
@@ -153,7 +158,7 @@ def test_the_nvme_commands_name_the_namespace_and_keys() -> None:
     host = ScriptedHost("vnode1", lambda argv: (DATA / "nvme-resv-report-eds-held.FROM-SOURCE.json").read_text())
     nvme = NvmeReservations(nsid=1)
     nvme.register(host, "/dev/nvme1n1", KA)
-    nvme.preempt(host, "/dev/nvme1n1", KB, KA)
+    nvme.preempt(host, "/dev/nvme1n1", KB, KA, nvme.fencing_type("/dev/nvme1n1")[0])
     nvme.clear(host, "/dev/nvme1n1", KB)
     assert nvme.report(host, "/dev/nvme1n1").holder == KA
     assert host.commands[0] == ("nvme", "resv-register", "/dev/nvme1n1", "--namespace-id=1", f"--nrkey={KA:#x}",
@@ -198,3 +203,34 @@ def test_a_dm_multipath_map_is_reserved_with_mpathpersist_whose_per_path_keys_re
     held = parse_sg_read_reservation((DATA / "mpathpersist-read-reservation-held.txt").read_text())
     assert held == (4, 0x111, "Write Exclusive")
     assert parse_sg_read_reservation((DATA / "mpathpersist-read-reservation-none.txt").read_text()) == (5, None, "")
+
+
+MAP = SharedDevice("ram0", "iqn.x", 0, 512 << 20, {"vnode1": "/dev/mapper/3600140a", "vnode2": "/dev/mapper/3600140a"})
+
+
+def test_on_a_multipath_map_the_fence_is_registrants_only_and_the_preempt_is_what_fences() -> None:
+    """A map is a nexus per path; Write Exclusive would refuse the holder's own writes down its other path (CI of
+    5962dc0, iser-lio, two LIO TPGs), so a map is reserved registrants only: B, registered, writes while A holds;
+    after B's preempt A's write is refused."""
+    target = Target()
+    undo = UndoStack()
+    a, b = target.host("vnode1"), target.host("vnode2")
+    result = fencing(ScsiReservations(), a, b, MAP, undo)
+    assert result.problems == []
+    names = [c.name for c in result.checks]
+    assert "vnode1 holds Write Exclusive, registrants only" in names
+    assert names.count("vnode2 writes /dev/mapper/3600140a") == 2
+    assert "vnode1's write to /dev/mapper/3600140a is refused" in names
+    reserve = next(argv for argv in a.commands if "--reserve" in argv)
+    assert reserve[0] == "mpathpersist" and "--prout-type=5" in reserve
+    undo.unwind()
+    assert target.keys == {} and target.holder is None
+
+
+def test_on_a_map_a_preempted_host_that_still_writes_fails_the_case() -> None:
+    target = Target(broken="vnode1")
+    result = fencing(ScsiReservations(), target.host("vnode1"), target.host("vnode2"), MAP, UndoStack())
+    assert result.problems == [
+        "vnode1's write to /dev/mapper/3600140a is refused: the write succeeded: the reservation did not fence this "
+        "initiator"
+    ]
