@@ -143,8 +143,21 @@ multipath_up() {
     done
     return 1
 }
-if /lib/systemd/systemd-udevd --daemon && udevadm trigger --subsystem-match=block --action=add \
-    && udevadm settle --timeout=60 && multipath_up; then
+# udevd --daemon returns before its control socket answers: on a loaded host (five guests on two cores, the
+# kill test's lab booting beside the shared one, CI of 2970c2d) the settle right after it failed with "Failed to
+# wait for daemon to reply: Broken pipe". So it is pinged until it answers, and the settle is tried again once.
+udev_up() {
+    /lib/systemd/systemd-udevd --daemon || return 1
+    for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30; do
+        udevadm control --ping > /dev/null 2>&1 && break
+        sleep 0.5
+    done
+    udevadm trigger --subsystem-match=block --action=add || return 1
+    udevadm settle --timeout=60 || udevadm settle --timeout=60
+}
+if ! udev_up; then
+    say "step=multipathd FAILED (udevd did not start or settle)"
+elif multipath_up; then
     say "step=multipathd ok"
 else
     say "step=multipathd FAILED (is dm_multipath loaded?)"
