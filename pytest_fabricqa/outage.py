@@ -36,7 +36,6 @@ from typing import Any
 
 from pytest_fabricqa import faults
 from pytest_fabricqa.failover import (
-    ALUA,
     ANA,
     BRIEF,
     LONG,
@@ -137,12 +136,10 @@ while [ "$(date +%s)" -lt "$end" ]; do
 done
 exit 1
 """
-# Which path of a multipath device ($1) carries the I/O: each path with the reads and writes it completed over $2 s,
-# its target address ("traddr=...,trsvcid=...") and the state the initiator reads for it (a SCSI disk's ALUA
-# access_state, an NVMe path's ana_state, "-" without either), tab-separated. An NVMe multipath head nvmeXnY's
-# paths are nvmeXcZnY, each with its controller's address; a dm-multipath map's are its slaves (sdb, sdc), each
-# with the address of its iSCSI session's connection. $3: the sysfs block folder, $4 the iSCSI connections', for
-# tests.
+# Which path of a multipath device ($1) carries the I/O: each path with the reads and writes it completed over $2 s
+# and its target address ("traddr=...,trsvcid=...", tab-separated. An NVMe multipath head nvmeXnY's paths are
+# nvmeXcZnY, each with its controller's address; a dm-multipath map's are its slaves (sdb, sdc), each with the
+# address of its iSCSI session's connection. $3: the sysfs block folder, $4 the iSCSI connections', for tests.
 ACTIVE_PATH = r"""
 r=${3:-/sys/class/block}
 c=${4:-/sys/class/iscsi_connection}
@@ -161,12 +158,6 @@ address() {
   printf 'traddr=%s,trsvcid=%s' "$(cat "$c/connection$s:0/persistent_address" 2>/dev/null)" \
     "$(cat "$c/connection$s:0/persistent_port" 2>/dev/null)"
 }
-state() {
-  for f in "$r/$1/device/access_state" "$r/$1/ana_state"; do
-    if [ -r "$f" ]; then cat "$f"; return; fi
-  done
-  echo -
-}
 snap() {
   for p in $(paths); do printf '%s %s\n' "$p" "$(awk '{print $1 + $5}' "$r/$p/stat")"; done
 }
@@ -174,28 +165,23 @@ a=$(snap)
 sleep "$2"
 snap | while read -r p n; do
   was=$(printf '%s\n' "$a" | awk -v p="$p" '$1 == p {print $2}')
-  printf '%s\t%s\t%s\t%s\n' "$p" "$((n - ${was:-0}))" "$(address "$p")" "$(state "$p")"
+  printf '%s\t%s\t%s\n' "$p" "$((n - ${was:-0}))" "$(address "$p")"
 done
 """
 ACTIVE_SAMPLE_S = 1
 
 
-def _path_lines(text: str) -> list[tuple[str, int, str, str]]:
-    """:data:`ACTIVE_PATH`'s output as (path device, I/Os completed in the sample, target address ``traddr``, the
-    initiator's state of the path; "" when the line has none, as the scripts before the state column printed)."""
+def _path_lines(text: str) -> list[tuple[str, int, str]]:
+    """:data:`ACTIVE_PATH`'s output as (path device, I/Os completed in the sample, target address ``traddr``)."""
     lines = [line.split("\t") for line in text.splitlines()]
-    return [
-        (p[0], int(p[1]), traddr_of(p[2]), p[3].strip() if len(p) > 3 else "")
-        for p in lines
-        if len(p) >= 3 and p[1].lstrip("-").isdigit()
-    ]
+    return [(p[0], int(p[1]), traddr_of(p[2])) for p in lines if len(p) >= 3 and p[1].lstrip("-").isdigit()]
 
 
 def parse_active_path(text: str) -> tuple[str, str] | None:
     """:data:`ACTIVE_PATH`'s output -> (path device, target address ``traddr``) of the path that completed the most
     I/O in the sample; None when no path completed any."""
     best: tuple[int, str, str] | None = None
-    for path, done, traddr, _ in _path_lines(text):
+    for path, done, traddr in _path_lines(text):
         if done > 0 and (best is None or done > best[0]):
             best = (done, path, traddr)
     return None if best is None else (best[1], best[2])
@@ -204,18 +190,9 @@ def parse_active_path(text: str) -> tuple[str, str] | None:
 def parse_path_counts(text: str) -> dict[str, int]:
     """:data:`ACTIVE_PATH`'s output -> target address ``traddr`` -> I/Os its paths completed in the sample."""
     counts: dict[str, int] = {}
-    for _, done, traddr, _ in _path_lines(text):
+    for _, done, traddr in _path_lines(text):
         counts[traddr] = counts.get(traddr, 0) + done
     return counts
-
-
-def parse_path_states(text: str) -> dict[str, tuple[str, ...]]:
-    """:data:`ACTIVE_PATH`'s output -> target address ``traddr`` -> the states the initiator reads for its paths
-    (each once, sorted; "-" for a path without an ALUA or ANA state)."""
-    states: dict[str, set[str]] = {}
-    for _, _, traddr, state in _path_lines(text):
-        states.setdefault(traddr, set()).add(state or "-")
-    return {traddr: tuple(sorted(found)) for traddr, found in states.items()}
 
 
 LATE_SAMPLE_S = 2
@@ -227,29 +204,14 @@ LATE_CHECKED = (ONE_PATH, ANA, PORT)
 (or standby) keeps being tried -- multipathd's checker reinstates it, each command is refused with NOT READY and
 dm-multipath retries it on the other path -- and the kernel counts every refused command as completed in the
 disk's ``stat`` (CI of a8a32a1: 118-124 late on iSCSI, no error, no stall; standby on the lab: 156-186), so the
-count cannot tell a refused path from a working one there. ALUA is judged by :data:`STATE_CHECKED` instead."""
-STATE_CHECKED = (ALUA,)
-"""The outages whose faulted path the initiators must see in another state at the end: the disks over an ALUA
-group made unavailable read ``unavailable`` in their ``access_state`` (the lab, 2026-12-03:
-tests/data/paths/lio-alua-unavailable.vnode1.txt); a fault that changed nothing leaves them at :data:`SERVING`."""
-SERVING = "active/optimized"
-"""The ALUA access state of a path that serves I/O as before."""
+count cannot tell a refused path from a working one there."""
 
 
-@dataclass(frozen=True)
-class PathSample:
-    """One :data:`ACTIVE_PATH` sample of a device, by target address: the I/Os its paths completed and the states
-    the initiator reads for them."""
-
-    counts: dict[str, int]
-    states: dict[str, tuple[str, ...]]
-
-
-def path_sample(host: Host, device: str, sample_s: int = LATE_SAMPLE_S) -> PathSample:
-    """What the paths of ``device`` completed over ``sample_s`` seconds and their states, by target address; a
-    failed sample raises (:class:`CommandError`) rather than read as no I/O."""
+def path_counts(host: Host, device: str, sample_s: int = LATE_SAMPLE_S) -> dict[str, int]:
+    """Target address -> I/Os the paths of ``device`` to it completed over ``sample_s`` seconds; a failed sample
+    raises (:class:`CommandError`) rather than read as no I/O."""
     found = host.run(["sh", "-c", ACTIVE_PATH, "sh", device, str(sample_s)], timeout=60 + sample_s)
-    return PathSample(parse_path_counts(found.stdout), parse_path_states(found.stdout))
+    return parse_path_counts(found.stdout)
 
 
 def active_path(host: Host, device: str) -> tuple[str, str]:
@@ -418,8 +380,6 @@ class OutageResult:
     late_ios: dict[str, int | None] = field(default_factory=dict)
     """Per host: I/Os that path completed in the fault's last :data:`LATE_SAMPLE_S` s (None: not counted). A path
     that was really taken away completes none; a fault that changed nothing would pass for a clean failover."""
-    late_states: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
-    """Per host: the states the initiator read for that path's disks in the same sample (None: not read)."""
 
     def raw_files(self) -> dict[str, str]:
         """``host/file`` -> text of every host's fio output, with each host's fault times (Unix ms) as
@@ -551,7 +511,7 @@ def path_outage(
             down_s = _hold_until_fio_ends(hosts, folders, down_s)
             result.down_s = round(down_s, 1)
         elif outage == ONE_PATH:
-            result.late_ios, result.late_states = _hold_counting(hosts, devices, result.faulted, down_s)
+            result.late_ios = _hold_counting(hosts, devices, result.faulted, down_s)
         else:
             time.sleep(down_s)
         up = each(hosts, lambda h: _restore_all(links[h.name]), check=False)
@@ -560,7 +520,7 @@ def path_outage(
         # the change and just after its restore, so it holds the change with at most a command's time to spare.
         down = each(hosts, _clock, check=False)
         fired = _attempt(at_target.fire)
-        result.late_ios, result.late_states = _hold_counting(hosts, devices, result.faulted, down_s)
+        result.late_ios = _hold_counting(hosts, devices, result.faulted, down_s)
         restored = _attempt(at_target.restore)
         up = each(hosts, _clock, check=False)
         for what, failure in (("made", fired), ("undone", restored)):
@@ -609,22 +569,17 @@ FIO_ENDED = '[ -e "$1/end" ]'
 
 def _hold_counting(
     hosts: Sequence[Host], devices: Mapping[str, str], faulted: Mapping[str, str], down_s: float
-) -> tuple[dict[str, int | None], dict[str, tuple[str, ...] | None]]:
+) -> dict[str, int | None]:
     """Wait out a fault of ``down_s`` seconds; per host, the I/Os the path to ``faulted[host]`` completed over
-    :data:`LATE_SAMPLE_S` s ending :data:`LATE_MARGIN_S` s before the wait does, and the states the initiator read
-    for it then (None where the sample could not be taken)."""
+    :data:`LATE_SAMPLE_S` s ending :data:`LATE_MARGIN_S` s before the wait does (None where it could not be read)."""
     began = time.monotonic()
     time.sleep(max(0.0, down_s - LATE_SAMPLE_S - LATE_MARGIN_S))
-    sampled = each(hosts, lambda h: path_sample(h, devices[h.name]), check=False)
+    counted = each(hosts, lambda h: path_counts(h, devices[h.name]), check=False)
     time.sleep(max(0.0, down_s - (time.monotonic() - began)))
-    ios: dict[str, int | None] = {}
-    states: dict[str, tuple[str, ...] | None] = {}
-    for name, sample in sampled.items():
-        if isinstance(sample, PathSample):
-            ios[name], states[name] = sample.counts.get(faulted[name], 0), sample.states.get(faulted[name], ())
-        else:
-            ios[name], states[name] = None, None
-    return ios, states
+    return {
+        name: None if isinstance(counts, BaseException) else counts.get(faulted[name], 0)
+        for name, counts in counted.items()
+    }
 
 
 def _hold_until_fio_ends(hosts: Sequence[Host], folders: Mapping[str, str], most_s: float) -> float:
@@ -710,17 +665,6 @@ def outage_problems(
                 problems.append(
                     f"{label}: {to} still completed {late} I/Os in the fault's last {LATE_SAMPLE_S} s: the fault did "
                     "not take the path away, so the case measured no failover"
-                )
-        if result.outage in STATE_CHECKED and host in result.faulted:
-            to = f"the path to {result.faulted[host]}"
-            states = result.late_states.get(host)
-            if states is None:
-                problems.append(f"{label}: the initiator's state of {to} could not be read during the fault")
-            elif not states or SERVING in states:
-                seen = ", ".join(states) or "no disk"
-                problems.append(
-                    f"{label}: the initiator still read {to} as {seen} in the fault's last {LATE_SAMPLE_S} s: the "
-                    f"fault did not take the path out of {SERVING}, so the case measured no failover"
                 )
         if result.outage == LONG and figures.io_errors == 0:
             problems.append(

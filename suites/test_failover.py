@@ -201,11 +201,9 @@ def _outage_case(
                     n: {"start_ms": f.fault.start_ms, "end_ms": f.fault.end_ms} for n, f in result.figures.items()
                 },
                 "timeouts_before": result.timeouts,
-                # The path the fault took away, what it completed near the fault's end (none, if it went) and the
-                # states the initiator read for it then (ALUA access_state, NVMe ana_state; "-" without either).
+                # The path the fault took away, and what it completed near the fault's end (none, if it went).
                 "faulted_paths": {
-                    n: {"traddr": a, "late_ios": result.late_ios.get(n), "late_states": result.late_states.get(n)}
-                    for n, a in result.faulted.items()
+                    n: {"traddr": a, "late_ios": result.late_ios.get(n)} for n, a in result.faulted.items()
                 },
                 "timeouts_applied": {"nvme": settings.nvme.model_dump(), "iscsi": settings.iscsi.model_dump()},
                 "series": result.series,  # IOPS over time per host and the fault window: the report's chart
