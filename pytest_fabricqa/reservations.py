@@ -182,6 +182,11 @@ class Reservations(Protocol):
     def report(self, host: Host, path: str) -> ReservationState: ...
 
 
+def _is_map(path: str) -> bool:
+    """A dm-multipath map (a path per I_T nexus), as the initiators name it."""
+    return path.startswith("/dev/mapper/")
+
+
 def scsi_argv(path: str, direction: str, *args: str) -> list[str]:
     """The PR command for a SCSI device: ``sg_persist`` on a disk; multipath-tools' ``mpathpersist`` on a
     dm-multipath map, which sends a registration down every path of the map (each path is an I_T nexus of its own:
@@ -189,7 +194,7 @@ def scsi_argv(path: str, direction: str, *args: str) -> list[str]:
     and its CLEAR could leave a reservation behind). mpathpersist's preempt and clear need multipathd to know the
     key: the host's multipath.conf says ``reservation_key file``, as for any cluster on dm-multipath.
     ``direction``: ``--in`` or ``--out``."""
-    if path.startswith("/dev/mapper/"):
+    if _is_map(path):
         return ["mpathpersist", direction, *args, path]
     return ["sg_persist", direction, "--no-inquiry", *args, path]
 
@@ -204,7 +209,7 @@ class ScsiReservations:
     def fencing_type(self, path: str) -> tuple[int, str]:
         """Write Exclusive on a disk (one I_T nexus); registrants only on a dm-multipath map (a nexus per path:
         see the module docstring)."""
-        rtype = SCSI_WRITE_EXCLUSIVE_REGISTRANTS_ONLY if path.startswith("/dev/mapper/") else WRITE_EXCLUSIVE
+        rtype = SCSI_WRITE_EXCLUSIVE_REGISTRANTS_ONLY if _is_map(path) else WRITE_EXCLUSIVE
         return rtype, SCSI_TYPES[rtype]
 
     def register(self, host: Host, path: str, key: int) -> None:
