@@ -520,8 +520,10 @@ class FailoverSettings(_Model):
     long_down_s: float = Field(16.0, gt=0, le=3600)
     """How long the links stay down in the long outage: more than the path timeout (detection + timeout)."""
     one_path_down_s: float = Field(15.0, gt=0, le=3600)
-    """How long the path carrying the I/O stays down in the one-path outage (fault a, for targets serving on
-    several paths): long enough for the initiator to give the path up and move the I/O to another."""
+    """How long, at the most, the path carrying the I/O stays down in the one-path and target-side outages
+    (faults a, b, c, for targets serving on several paths): long enough for the initiator to give the path up and
+    move the I/O to another. The fault ends sooner once every host's I/O is back to its rate on the remaining paths
+    in two samples in a row (``outage.SETTLED_SAMPLES``; not the ALUA fault, whose refused commands count as I/O)."""
     recover_s: float = Field(60.0, gt=0, le=3600)
     """After the long outage: how long every initiator may take to read its device again."""
     region_mb: int = Field(1, ge=1, le=1048576)

@@ -199,6 +199,17 @@ LATE_SAMPLE_S = 2
 """How long, at the end of a one-path or target-side fault, each host's paths' completions are counted."""
 LATE_MARGIN_S = 2
 """The late sample ends this long before the restore (the sampling command's own time, under emulation)."""
+SETTLED_SAMPLES = 2
+"""A one-path or target-side fault (of :data:`LATE_CHECKED`) ends before ``one_path_down_s`` once this many late
+samples in a row, on every host, saw the faulted path complete nothing and the remaining paths complete at least
+:data:`SETTLED_SHARE` of what every path completed in a sample just before the fault: the I/O has moved and flows
+at its rate again, so the stall and the recovery are measured, and holding on measured nothing more (under emulation the
+ANA and nvmet port faults move the I/O in under a second, iSCSI's in ~15 s, against a 30 s hold: ~3 min of CI's
+main job). A fault that did not take the path away never settles and is held for ``one_path_down_s``."""
+SETTLED_SHARE = 0.6
+"""The share of the pre-fault sample's completions the remaining paths must reach: fio runs at a fixed rate, and
+2 s samples of it vary by a quarter under emulation (174-292 after a pre-fault 223, nvme-tcp on the lab,
+2026-12-03); the recovery figure itself is read from fio's log, not from these samples."""
 LATE_CHECKED = (ONE_PATH, ANA, PORT)
 """The outages whose faulted path must be quiet at the end. Not ALUA: a disk whose target port is ALUA-unavailable
 (or standby) keeps being tried -- multipathd's checker reinstates it, each command is refused with NOT READY and
@@ -378,6 +389,11 @@ class OutageResult:
     faulted: dict[str, str] = field(default_factory=dict)
     """Per host: the target address of the path a one-path or target-side fault took away."""
     late_ios: dict[str, int | None] = field(default_factory=dict)
+    before_ios: dict[str, int | None] = field(default_factory=dict)
+    """Per host: I/Os every path completed in a :data:`LATE_SAMPLE_S` s sample before the fault (what a fault's I/O
+    must be back to for it to end early, :data:`SETTLED_SAMPLES`); None where not counted."""
+    samples: dict[str, list[tuple[int, int] | None]] = field(default_factory=dict)
+    """Per host: each sample of the hold, (the faulted path's I/Os, the other paths'); None where it failed."""
     """Per host: I/Os that path completed in the fault's last :data:`LATE_SAMPLE_S` s (None: not counted). A path
     that was really taken away completes none; a fault that changed nothing would pass for a clean failover."""
 
@@ -453,7 +469,8 @@ def path_outage(
     (:func:`active_interface`), for ``one_path_down_s``; :data:`failover.TARGET_OUTAGES`:
     ``target_fault(address)`` on the target, for the port at the address carrying the first host's I/O (its ANA
     group inaccessible, its ALUA group unavailable, or the port itself taken away), for ``one_path_down_s``, each
-    host's window read on its own clock just before and after. ``family``: ``nvme`` or ``scsi`` (which timeouts of ``lab.failover`` apply). Every
+    host's window read on its own clock just before and after. Those two kinds end sooner once the I/O settled on
+    the remaining paths (:data:`SETTLED_SAMPLES`; not ALUA's). ``family``: ``nvme`` or ``scsi`` (which timeouts of ``lab.failover`` apply). Every
     change is undone by ``undo`` (the caller unwinds it, also on failure); the links are up again and fio has ended
     on return."""
     settings: FailoverSettings = lab.failover
@@ -498,7 +515,12 @@ def path_outage(
         result.faulted = {h.name: traddr for h in hosts}
         at_target = target_fault(traddr)
         at_target.arm(undo)
-    time.sleep(settings.before_s)
+    waited_from = time.monotonic()
+    before: dict[str, Any] | None = None
+    if outage in LATE_CHECKED:  # what every path completes before the fault: the rate a settled fault is back to
+        before = each(hosts, lambda h: sum(path_counts(h, devices[h.name]).values()), check=False)
+        result.before_ios = {n: v if isinstance(v, int) else None for n, v in before.items()}
+    time.sleep(max(0.0, settings.before_s - (time.monotonic() - waited_from)))
     down: dict[str, Any]
     up: dict[str, Any]
     if at_target is None:
@@ -511,7 +533,8 @@ def path_outage(
             down_s = _hold_until_fio_ends(hosts, folders, down_s)
             result.down_s = round(down_s, 1)
         elif outage == ONE_PATH:
-            result.late_ios = _hold_counting(hosts, devices, result.faulted, down_s)
+            result.late_ios, down_s, result.samples = _hold_counting(hosts, devices, result.faulted, down_s, before)
+            result.down_s = down_s
         else:
             time.sleep(down_s)
         up = each(hosts, lambda h: _restore_all(links[h.name]), check=False)
@@ -520,7 +543,10 @@ def path_outage(
         # the change and just after its restore, so it holds the change with at most a command's time to spare.
         down = each(hosts, _clock, check=False)
         fired = _attempt(at_target.fire)
-        result.late_ios = _hold_counting(hosts, devices, result.faulted, down_s)
+        result.late_ios, down_s, result.samples = _hold_counting(
+            hosts, devices, result.faulted, down_s, before if fired is None else None
+        )
+        result.down_s = down_s
         restored = _attempt(at_target.restore)
         up = each(hosts, _clock, check=False)
         for what, failure in (("made", fired), ("undone", restored)):
@@ -544,7 +570,7 @@ def path_outage(
         label = at_target.name
     else:
         label = "every storage link down"
-    label += f" {down_s:g} s"
+    label += f" {result.down_s:g} s"
     for host in hosts:
         run, injected, restored = runs[host.name], down[host.name], up[host.name]
         if isinstance(run, BaseException):
@@ -568,18 +594,56 @@ FIO_ENDED = '[ -e "$1/end" ]'
 
 
 def _hold_counting(
-    hosts: Sequence[Host], devices: Mapping[str, str], faulted: Mapping[str, str], down_s: float
-) -> dict[str, int | None]:
-    """Wait out a fault of ``down_s`` seconds; per host, the I/Os the path to ``faulted[host]`` completed over
-    :data:`LATE_SAMPLE_S` s ending :data:`LATE_MARGIN_S` s before the wait does (None where it could not be read)."""
+    hosts: Sequence[Host],
+    devices: Mapping[str, str],
+    faulted: Mapping[str, str],
+    down_s: float,
+    before: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, int | None], float, dict[str, list[tuple[int, int] | None]]]:
+    """Hold a fault for ``down_s`` seconds at the most, sampling each host's paths (:data:`LATE_SAMPLE_S` s each)
+    from the start; returns, per host, the I/Os the path to ``faulted[host]`` completed in the last sample (None
+    where it could not be read), and the seconds held (rounded to 0.1). With ``before`` (per host, what every path
+    completed in a sample before the fault), the hold ends once :func:`_settled_sample` holds
+    :data:`SETTLED_SAMPLES` times in a row; otherwise, and while it does not, the last sample ends within
+    :data:`LATE_MARGIN_S` + :data:`LATE_SAMPLE_S` s of the end. Third: per host, every sample as (the faulted
+    path's I/Os, the other paths'), None for one that failed."""
     began = time.monotonic()
-    time.sleep(max(0.0, down_s - LATE_SAMPLE_S - LATE_MARGIN_S))
-    counted = each(hosts, lambda h: path_counts(h, devices[h.name]), check=False)
-    time.sleep(max(0.0, down_s - (time.monotonic() - began)))
-    return {
+    in_a_row = 0
+    trail: dict[str, list[tuple[int, int] | None]] = {h.name: [] for h in hosts}
+    while True:
+        counted = each(hosts, lambda h: path_counts(h, devices[h.name]), check=False)
+        for name, counts in counted.items():
+            trail[name].append(None if isinstance(counts, BaseException) else _split(counts, faulted[name]))
+        in_a_row = in_a_row + 1 if before is not None and _settled_sample(counted, faulted, before) else 0
+        if in_a_row >= SETTLED_SAMPLES:
+            break
+        if time.monotonic() - began + LATE_SAMPLE_S + LATE_MARGIN_S > down_s:
+            time.sleep(max(0.0, down_s - (time.monotonic() - began)))
+            break
+    late = {
         name: None if isinstance(counts, BaseException) else counts.get(faulted[name], 0)
         for name, counts in counted.items()
     }
+    return late, round(time.monotonic() - began, 1), trail
+
+
+def _split(counts: Mapping[str, int], faulted: str) -> tuple[int, int]:
+    """(the faulted address's I/Os, every other address's) of one sample."""
+    return counts.get(faulted, 0), sum(n for address, n in counts.items() if address != faulted)
+
+
+def _settled_sample(counted: Mapping[str, Any], faulted: Mapping[str, str], before: Mapping[str, Any]) -> bool:
+    """Whether, on every host, the faulted path completed nothing in the sample and the others at least
+    :data:`SETTLED_SHARE` of what all paths completed before the fault (a sample or a figure that could not be
+    read settles nothing)."""
+    for name, counts in counted.items():
+        rate = before.get(name)
+        if isinstance(counts, BaseException) or not isinstance(rate, int) or rate <= 0:
+            return False
+        still, moved = _split(counts, faulted[name])
+        if still != 0 or moved < SETTLED_SHARE * rate:
+            return False
+    return True
 
 
 def _hold_until_fio_ends(hosts: Sequence[Host], folders: Mapping[str, str], most_s: float) -> float:

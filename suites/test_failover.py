@@ -201,9 +201,12 @@ def _outage_case(
                     n: {"start_ms": f.fault.start_ms, "end_ms": f.fault.end_ms} for n, f in result.figures.items()
                 },
                 "timeouts_before": result.timeouts,
-                # The path the fault took away, and what it completed near the fault's end (none, if it went).
+                # The path the fault took away, and what it completed near the fault's end (none, if it went); what
+                # every path completed in a sample before it, and each sample of the hold (faulted, others).
                 "faulted_paths": {
-                    n: {"traddr": a, "late_ios": result.late_ios.get(n)} for n, a in result.faulted.items()
+                    n: {"traddr": a, "late_ios": result.late_ios.get(n), "before_ios": result.before_ios.get(n),
+                        "samples": result.samples.get(n)}
+                    for n, a in result.faulted.items()
                 },
                 "timeouts_applied": {"nvme": settings.nvme.model_dump(), "iscsi": settings.iscsi.model_dump()},
                 "series": result.series,  # IOPS over time per host and the fault window: the report's chart

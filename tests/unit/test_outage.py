@@ -40,6 +40,7 @@ from pytest_fabricqa.failover import (
 from pytest_fabricqa.lab import FailoverSettings, LabModel, load_lab
 from pytest_fabricqa.targets.base import UndoStack
 from pytest_fabricqa.thresholds import Thresholds
+from pytest_fabricqa.transport.base import CommandError, CommandResult
 
 LABS = Path(__file__).parents[2] / "labs"
 DATA = Path(__file__).parents[1] / "data"
@@ -699,3 +700,61 @@ def test_the_long_outage_ends_once_fio_has_ended_on_every_host() -> None:
     assert held >= 1.5 and asked == {"vnode1": 2, "vnode2": 2}  # the second poll found both ended, and it stopped
     never = [ScriptedHost("vnode1", lambda argv: (1, "", ""))]
     assert outage._hold_until_fio_ends(never, folders, 1.5) >= 1.5  # at most long_down_s, then the paths come back
+
+
+def samples(*counts: tuple[int, int], pause_s: float = 0.0) -> ScriptedHost:
+    """vnode1 answering each ACTIVE_PATH sample with the next (faulted path's, other path's) counts, the last one
+    again once they run out (lines as an NVMe head's, recorded on the lab)."""
+    given = iter(counts)
+    last: list[tuple[int, int]] = []
+
+    def script(argv: tuple[str, ...]) -> Answer:
+        assert argv[2] == outage.ACTIVE_PATH and argv[5] == str(outage.LATE_SAMPLE_S)
+        time.sleep(pause_s)
+        faulted, other = next(given, last[0] if last else (0, 0))
+        last[:] = [(faulted, other)]
+        return f"nvme1c0n1\t{faulted}\ttraddr=10.10.10.19,trsvcid=4420 \nnvme1c1n1\t{other}\ttraddr=10.10.20.19 \n"
+
+    return ScriptedHost("vnode1", script)
+
+
+DEVICES, FAULTED = {"vnode1": "/dev/nvme1n1"}, {"vnode1": "10.10.10.19"}
+
+
+def test_a_fault_ends_once_the_io_is_back_to_its_rate_on_the_remaining_path_twice_in_a_row() -> None:
+    """Before the fault every path completed 200 in a sample; the stall (nothing anywhere), a first sample short of
+    60% on the other path, then two at 125 and 190: the hold ends there, not after its 60 s."""
+    host = samples((0, 0), (0, 100), (0, 185), (0, 12), (0, 125), (0, 190))
+    late, held, trail = outage._hold_counting([host], DEVICES, FAULTED, 60, {"vnode1": 200})
+    assert late == {"vnode1": 0} and held < 30
+    assert len(host.commands) == 6  # the dip to 12 started the count again
+    assert trail == {"vnode1": [(0, 0), (0, 100), (0, 185), (0, 12), (0, 125), (0, 190)]}
+
+
+@pytest.mark.parametrize(
+    ("counts", "before"),
+    [
+        pytest.param((5, 195), {"vnode1": 200}, id="the faulted path still completes I/O"),
+        pytest.param((0, 110), {"vnode1": 200}, id="the other path below 60% of the rate"),
+        pytest.param((0, 195), None, id="no rate before the fault (the ALUA fault)"),
+        pytest.param((0, 195), {"vnode1": CommandError(CommandResult("vnode1", ("sh",), 1, "", ""))}, id="unread"),
+    ],
+)
+def test_a_fault_that_does_not_settle_is_held_the_whole_time_and_reports_its_last_sample(
+    counts: tuple[int, int], before: dict[str, Any] | None
+) -> None:
+    host = samples(counts, pause_s=0.1)
+    began = time.monotonic()
+    late, held, _ = outage._hold_counting([host], DEVICES, FAULTED, 5, before)
+    assert late == {"vnode1": counts[0]} and held >= 5 and time.monotonic() - began >= 5
+    assert len(host.commands) >= 5  # sampled from the start, the last one within LATE_SAMPLE_S + LATE_MARGIN_S
+
+
+def test_every_host_must_have_settled_before_the_fault_ends() -> None:
+    moved, stuck = samples((0, 200)), samples((0, 0), pause_s=0.1)
+    stuck.name = "vnode2"
+    late, held, _ = outage._hold_counting(
+        [moved, stuck], {**DEVICES, "vnode2": "/dev/nvme1n1"}, {**FAULTED, "vnode2": "10.10.10.19"}, 5,
+        {"vnode1": 200, "vnode2": 200},
+    )  # fmt: skip
+    assert late == {"vnode1": 0, "vnode2": 0} and held >= 5
