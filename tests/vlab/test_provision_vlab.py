@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +47,7 @@ def _changed(before: tuple[str, ...], after: tuple[str, ...]) -> str:
 
 KILL_CHILD = textwrap.dedent(
     """
-    import json, os, sys, time
+    import json, sys, time
     from pytest_fabricqa.lab import LabModel
     from pytest_fabricqa.session import make_hosts
     from pytest_fabricqa.provision import connect_fabric
@@ -63,9 +62,7 @@ KILL_CHILD = textwrap.dedent(
     def stall(original):
         def wrapper(*a, **k):
             print("HALF-MADE", flush=True)
-            until = time.monotonic() + args["stall"]  # or until the test releases it
-            while time.monotonic() < until and not os.path.exists(args["release"]):
-                time.sleep(0.2)
+            time.sleep(args["stall"])
             return original(*a, **k)
         return wrapper
 
@@ -81,14 +78,10 @@ KILL_CHILD = textwrap.dedent(
 
 
 def _start_half_made(
-    lab: LabModel, ssh: dict[str, str], protocol: str, where: str, stall: float = 600, release: Path | None = None
+    lab: LabModel, ssh: dict[str, str], protocol: str, where: str, stall: float = 600
 ) -> subprocess.Popen[str]:
-    """A child process running connect_fabric that stalls half-way for ``stall`` seconds, or until the file
-    ``release`` exists, and says HALF-MADE."""
-    args = {
-        "lab": lab.model_dump(mode="json"), "protocol": protocol, "where": where, "stall": stall,
-        "release": str(release or "/nonexistent"), **ssh,
-    }  # fmt: skip
+    """A child process running connect_fabric that stalls half-way for ``stall`` seconds and says HALF-MADE."""
+    args = {"lab": lab.model_dump(mode="json"), "protocol": protocol, "where": where, "stall": stall, **ssh}
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     child = subprocess.Popen(
         [sys.executable, "-c", KILL_CHILD, json.dumps(args)],
@@ -131,23 +124,18 @@ def test_a_run_killed_mid_provisioning_is_cleaned_by_the_next_run(
 
 @pytest.mark.parametrize(("protocol", "where"), [("iscsi", "target"), ("nvme-rdma", "initiators")])
 def test_a_run_interrupted_with_sigint_undoes_itself(
-    vlab: tuple[LabModel, dict[str, Host], dict[str, str]], protocol: str, where: str, tmp_path: Path
+    vlab: tuple[LabModel, dict[str, Host], dict[str, str]], protocol: str, where: str
 ) -> None:
     """Ctrl-C: connect_fabric unwinds before the exception leaves it. Initiators connect in worker threads,
-    so an interrupt there waits for the step in flight (here a stall, released just after the SIGINT) to finish,
-    then undoes it too."""
+    so an interrupt there waits for the step in flight (here a 45 s stall) to finish, then undoes it too."""
     lab, hosts, ssh = vlab
     # The stall must outlast the leftovers listing below: at 15 s, on a loaded CI host, the child woke up, finished
-    # connecting and exited cleanly before the SIGINT came (empty stderr; fresh-clone run of 5e17a60). It lasts
-    # until the test releases it after the SIGINT (a fixed 45 s cost ~35 s of waiting), 120 s at the most.
-    release = tmp_path / "release"
-    child = _start_half_made(lab, ssh, protocol, where, stall=120, release=release)
+    # connecting and exited cleanly before the SIGINT came (empty stderr; fresh-clone run of 5e17a60).
+    child = _start_half_made(lab, ssh, protocol, where, stall=45)
     try:
         assert leftovers(lab, hosts), "nothing was made before the interrupt"
         assert child.poll() is None, "the child finished before the interrupt: the stall was too short"
         child.send_signal(signal.SIGINT)
-        time.sleep(1)  # the interrupt lands in the main thread while a worker is still in the stall
-        release.touch()
         _, stderr = child.communicate(timeout=150)
     finally:
         if child.poll() is None:  # never leave a stalled child behind to wake up and provision later

@@ -26,6 +26,7 @@ from pytest_fabricqa.vlab import procs
 from pytest_fabricqa.vlab.image import Image, cache_key, debian_sources, module_closure
 from pytest_fabricqa.vlab.machine import (
     BOOT_MODULES,
+    TB_SIZE_MB,
     VirtualLab,
     guest_config_tar,
     guest_env,
@@ -152,7 +153,7 @@ def test_qemu_argv() -> None:
     argv = qemu_argv(guest, 0, image, Path("/run/lab/vstor"), Path("/run/lab/sock"))
     joined = shlex.join(argv)
     assert argv[0] == "qemu-system-x86_64"
-    assert "-accel tcg,tb-size=256 -cpu max" in joined
+    assert f"-accel tcg,tb-size={TB_SIZE_MB} -cpu max" in joined
     assert "user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:10022-:22" in argv
     assert "stream,id=storage,server=off,addr.type=unix,addr.path=/run/lab/sock/switch.sock" in argv
     vde = qemu_argv(guest, 0, image, Path("/run/lab/vstor"), Path("/run/lab/sock"), switch="vde")
