@@ -389,13 +389,13 @@ class OutageResult:
     faulted: dict[str, str] = field(default_factory=dict)
     """Per host: the target address of the path a one-path or target-side fault took away."""
     late_ios: dict[str, int | None] = field(default_factory=dict)
+    """Per host: I/Os that path completed in the fault's last :data:`LATE_SAMPLE_S` s (None: not counted). A path
+    that was really taken away completes none; a fault that changed nothing would pass for a clean failover."""
     before_ios: dict[str, int | None] = field(default_factory=dict)
     """Per host: I/Os every path completed in a :data:`LATE_SAMPLE_S` s sample before the fault (what a fault's I/O
     must be back to for it to end early, :data:`SETTLED_SAMPLES`); None where not counted."""
     samples: dict[str, list[tuple[int, int] | None]] = field(default_factory=dict)
     """Per host: each sample of the hold, (the faulted path's I/Os, the other paths'); None where it failed."""
-    """Per host: I/Os that path completed in the fault's last :data:`LATE_SAMPLE_S` s (None: not counted). A path
-    that was really taken away completes none; a fault that changed nothing would pass for a clean failover."""
 
     def raw_files(self) -> dict[str, str]:
         """``host/file`` -> text of every host's fio output, with each host's fault times (Unix ms) as
@@ -516,10 +516,10 @@ def path_outage(
         at_target = target_fault(traddr)
         at_target.arm(undo)
     waited_from = time.monotonic()
-    before: dict[str, Any] | None = None
+    before: dict[str, int | None] | None = None
     if outage in LATE_CHECKED:  # what every path completes before the fault: the rate a settled fault is back to
-        before = each(hosts, lambda h: sum(path_counts(h, devices[h.name]).values()), check=False)
-        result.before_ios = {n: v if isinstance(v, int) else None for n, v in before.items()}
+        counted = each(hosts, lambda h: sum(path_counts(h, devices[h.name]).values()), check=False)
+        before = result.before_ios = {n: v if isinstance(v, int) else None for n, v in counted.items()}
     time.sleep(max(0.0, settings.before_s - (time.monotonic() - waited_from)))
     down: dict[str, Any]
     up: dict[str, Any]
@@ -598,7 +598,7 @@ def _hold_counting(
     devices: Mapping[str, str],
     faulted: Mapping[str, str],
     down_s: float,
-    before: Mapping[str, Any] | None = None,
+    before: Mapping[str, int | None] | None = None,
 ) -> tuple[dict[str, int | None], float, dict[str, list[tuple[int, int] | None]]]:
     """Hold a fault for ``down_s`` seconds at the most, sampling each host's paths (:data:`LATE_SAMPLE_S` s each)
     from the start; returns, per host, the I/Os the path to ``faulted[host]`` completed in the last sample (None
@@ -620,10 +620,7 @@ def _hold_counting(
         if time.monotonic() - began + LATE_SAMPLE_S + LATE_MARGIN_S > down_s:
             time.sleep(max(0.0, down_s - (time.monotonic() - began)))
             break
-    late = {
-        name: None if isinstance(counts, BaseException) else counts.get(faulted[name], 0)
-        for name, counts in counted.items()
-    }
+    late = {name: None if taken[-1] is None else taken[-1][0] for name, taken in trail.items()}
     return late, round(time.monotonic() - began, 1), trail
 
 
@@ -632,7 +629,7 @@ def _split(counts: Mapping[str, int], faulted: str) -> tuple[int, int]:
     return counts.get(faulted, 0), sum(n for address, n in counts.items() if address != faulted)
 
 
-def _settled_sample(counted: Mapping[str, Any], faulted: Mapping[str, str], before: Mapping[str, Any]) -> bool:
+def _settled_sample(counted: Mapping[str, Any], faulted: Mapping[str, str], before: Mapping[str, int | None]) -> bool:
     """Whether, on every host, the faulted path completed nothing in the sample and the others at least
     :data:`SETTLED_SHARE` of what all paths completed before the fault (a sample or a figure that could not be
     read settles nothing)."""
