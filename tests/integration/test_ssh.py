@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,7 +49,9 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     Path("/run/sshd").mkdir(exist_ok=True)
     known_hosts = folder / "known_hosts"
     known_hosts.write_text(f"[127.0.0.1]:{port} {host_key.with_suffix('.pub').read_text()}")
-    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.PIPE)
+    # sshd's log goes to a file beside its config: a pipe nobody reads would stall sshd once it filled.
+    log = (folder / "sshd.log").open("wb")
+    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=log)
     for _ in range(50):
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", port)) == 0:
@@ -57,6 +60,7 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     yield Server(folder, port, client_key, known_hosts)
     proc.terminate()
     proc.wait(timeout=10)
+    log.close()
 
 
 def _host(server: Server, name: str = "el72h1", **kwargs: object) -> SSHHost:
@@ -158,5 +162,63 @@ def test_testinfra_runs_over_the_same_transport(sshd: Server) -> None:
         assert infra.file("/etc/hostname").exists
         assert infra.run("echo %s", "a b;c").stdout == "a b;c\n"
         assert host._connection is not None
+    finally:
+        host.close()
+
+
+def test_commands_share_a_session_without_leaking_into_each_other(sshd: Server) -> None:
+    host = _host(sshd)
+    try:
+        assert host.run(["cd", "/tmp"]).ok and host.run(["pwd"]).stdout != "/tmp\n"
+        assert host.run(["sh", "-c", "exit 3"], check=False).exit_code == 3
+        assert host.run(["exec", "true"]).ok and host.run(["echo", "still here"]).stdout == "still here\n"
+        # Output without a final newline, and stderr kept apart from stdout.
+        both = host.run(["sh", "-c", "printf out; printf err >&2"])
+        assert (both.stdout, both.stderr) == ("out", "err")
+        # A command reading stdin without one given sees its end at once instead of waiting for it.
+        assert host.run(["cat"], timeout=10).stdout == ""
+        assert len(host._shells) == 1
+    finally:
+        host.close()
+
+
+def test_commands_at_the_same_time_get_a_session_each(sshd: Server, tmp_path: Path) -> None:
+    # Each command waits (up to 20 s) for the other's file: one after the other, the first would time out.
+    wait = 'touch "$1/$2"; for i in $(seq 200); do [ -e "$1/$3" ] && exit 0; sleep 0.1; done; exit 1'
+    host = _host(sshd)
+    try:
+        results: dict[str, int] = {}
+
+        def meet(mine: str, other: str) -> None:
+            results[mine] = host.run(["sh", "-c", wait, "-", str(tmp_path), mine, other], check=False).exit_code
+
+        threads = [threading.Thread(target=meet, args=pair) for pair in (("a", "b"), ("b", "a"))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert results == {"a": 0, "b": 0}
+        assert len(host._shells) == 2
+    finally:
+        host.close()
+
+
+def test_a_timed_out_command_ends_its_session_and_the_next_command_gets_a_new_one(sshd: Server) -> None:
+    host = _host(sshd)
+    try:
+        result = host.run(["sh", "-c", "echo partial; sleep 30"], timeout=1, check=False)
+        assert (result.exit_code, result.stdout, result.stderr) == (124, "partial\n", "timed out after 1 s")
+        assert host._shells == []
+        assert host.run(["echo", "next"]).stdout == "next\n"
+    finally:
+        host.close()
+
+
+def test_a_dropped_connection_is_opened_again(sshd: Server) -> None:
+    host = _host(sshd)
+    try:
+        assert host.run(["true"]).ok
+        host._connection.client.get_transport().close()
+        assert host.run(["echo", "again"]).stdout == "again\n"
     finally:
         host.close()
