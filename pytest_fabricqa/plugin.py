@@ -632,9 +632,15 @@ def fabric(fabricqa_session_fabric: Fabric) -> Fabric:
     """The target under test provisioned and exported for ``protocol``, every initiator connected; torn down after
     the pair's last case. A case that tore it down (``fabric.teardown()``) leaves it so; the next case of the pair
     that asks for it gets it connected again, and none has to when that case ran last (``fabricqa_last_in_pair``).
+    So does a fabric whose initiators failed to disconnect or connect again in a case (``reconnect_initiators``).
     """
+    from pytest_fabricqa.provision import ProvisionError
+
     if not fabricqa_session_fabric.connected:
-        fabricqa_session_fabric.reconnect()
+        try:
+            fabricqa_session_fabric.reconnect()
+        except ProvisionError as exc:
+            pytest.fail(str(exc), pytrace=False)
     return fabricqa_session_fabric
 
 

@@ -66,7 +66,8 @@ class Fabric:
         self.setup_seconds = setup_seconds
         self.teardown_seconds: float | None = None
         self.connected = True
-        """False once :meth:`teardown` ran (until :meth:`reconnect`)."""
+        """False once :meth:`teardown` ran, or an initiator failed to disconnect or connect again (until
+        :meth:`reconnect`)."""
         self.stale_removed = stale_removed
         self._undo = undo
         self._live_key = live_key
@@ -107,18 +108,22 @@ class Fabric:
 
     def disconnect_initiators(self, names: Iterable[str] | None = None) -> None:
         """Log out/disconnect ``names`` (default: every initiator), the target staying as it is; their devices leave
-        :attr:`devices`. Raises :class:`ProvisionError` naming the first initiator that could not let go."""
+        :attr:`devices`. Raises :class:`ProvisionError` naming the first initiator that could not let go; the
+        fabric is then half gone and :attr:`connected` turns False, so the ``fabric`` fixture provisions it anew
+        for the next case instead of handing out a fabric without those devices."""
         wanted = list(self._initiator_stacks) if names is None else list(names)
         self._known(wanted)
         results = each([self.hosts[n] for n in wanted], lambda host: self._initiator_stacks[host.name].unwind())
         self.devices = [d for d in self.devices if d.initiator not in wanted]
         for name, result in results.items():
             if isinstance(result, list) and result:
+                self.connected = False
                 raise ProvisionError(name, f"disconnecting from the {self.protocol} target failed: {result[0]}", "")
 
     def connect_initiators(self, names: Iterable[str] | None = None) -> None:
         """Connect ``names`` (default: every initiator not connected) to the target again, in parallel, as
-        :func:`connect_fabric` did; their devices (whose paths may differ now) join :attr:`devices`."""
+        :func:`connect_fabric` did; their devices (whose paths may differ now) join :attr:`devices`. An initiator
+        that could not connect raises, and :attr:`connected` turns False (see :meth:`disconnect_initiators`)."""
         connected_now = {d.initiator for d in self.devices}
         order = self.lab.hosts_with("initiator")
         wanted = [n for n in order if n not in connected_now] if names is None else list(names)
@@ -138,6 +143,7 @@ class Fabric:
                 self.discovered[name] = result.discovered
         self.devices.sort(key=lambda d: order.index(d.initiator) if d.initiator in order else len(order))
         if failed:
+            self.connected = False
             raise _one_line(failed)
 
     def reconnect_initiators(self, names: Iterable[str] | None = None) -> None:

@@ -111,10 +111,32 @@ def map_wwid(host: Host, node: str) -> str:
     return host.run(["cat", f"/sys/block/{node}/dm/uuid"]).stdout.strip().removeprefix("mpath-")
 
 
-def flush(host: Host, name: str) -> None:
-    """Remove the map ``name`` (its paths stay); gone already is not an error. A map still open fails."""
-    if host.run(["dmsetup", "info", name], check=False).ok:
-        host.run(["multipath", "-f", name], timeout=120)
+FLUSH_TRIES = 10
+"""How often :func:`flush` tries a map that is in use, 1 s apart: udev's probe of a map after a writer closed it
+(the disk rules' inotify watch) holds it open for a moment, and a logout right after a write met it (CI,
+2026-12-03: ``multipath -f`` said "map in use" and the iSCSI pair's later cases found no device)."""
+
+
+def flush(host: Host, name: str, *, tries: int | None = None, pause_s: float = 1.0) -> None:
+    """Remove the map ``name`` (its paths stay); gone already is not an error.
+
+    udev settles first. A map in use is tried again, ``tries`` times in all (default :data:`FLUSH_TRIES`),
+    ``pause_s`` apart; still in use after that (someone really holds it open) raises :class:`CommandError` with
+    multipath's answer, as any other failure does at once.
+    """
+    if not host.run(["dmsetup", "info", name], check=False).ok:
+        return
+    host.run(["udevadm", "settle", "--timeout=10"], check=False, timeout=30)
+    tries = FLUSH_TRIES if tries is None else tries
+    for attempt in range(1, tries + 1):
+        result = host.run(["multipath", "-f", name], check=False, timeout=120)
+        if result.ok:
+            return
+        if "map in use" not in result.stdout + result.stderr:
+            raise CommandError(result)
+        if attempt == tries:
+            raise CommandError(result, f"still in use after {tries} tries {pause_s:g} s apart")
+        time.sleep(pause_s)
 
 
 def forget(host: Host, wwid: str) -> None:

@@ -439,3 +439,42 @@ def test_a_killed_runs_dm_conf_is_a_leftover_and_its_clean_up_removes_it(tmp_pat
     assert host.commands[-1][:5] == ("sh", "-c", dm.REMOVE_CONF, "sh", "/etc/multipath/conf.d/fabricqa.conf")
     assert connect.initiator_objects(lab, host, target_host="vstor") != []  # its target host's clean-up takes it
     assert connect.initiator_objects(load_lab(LABS / "vlab.yaml"), host) == []  # a lab without dm_conf: not looked for
+
+
+class FlushHost(ScriptedHost):
+    """An initiator whose map ``36001405x`` is in use for the first ``busy`` tries of ``multipath -f``."""
+
+    def __init__(self, busy: int, other: str = "") -> None:
+        super().__init__("vnode1")
+        self.busy, self.other = busy, other
+
+    def answer(self, argv: tuple[str, ...]) -> Answer:
+        if argv[:2] in (("dmsetup", "info"), ("udevadm", "settle")):
+            return ""
+        if argv[:2] == ("multipath", "-f"):
+            if self.other:
+                return (1, "", self.other)
+            if self.busy:
+                self.busy -= 1
+                # multipath-tools 0.9.4's answer on the virtual lab's initiator (CI log, 2026-12-03)
+                return (1, "1522.252980 | 36001405x: map in use\n", "")
+            return ""
+        return None
+
+
+def test_a_map_in_use_for_a_moment_is_flushed_once_udev_let_go() -> None:
+    host = FlushHost(busy=2)
+    dm.flush(host, "36001405x", tries=3, pause_s=0)
+    assert host.commands[:2] == [("dmsetup", "info", "36001405x"), ("udevadm", "settle", "--timeout=10")]
+    assert host.commands.count(("multipath", "-f", "36001405x")) == 3
+
+
+def test_a_map_still_in_use_after_every_try_or_any_other_failure_raises_with_multipaths_answer() -> None:
+    host = FlushHost(busy=5)
+    with pytest.raises(CommandError, match=r"still in use after 3 tries 0 s apart.*\n.*map in use"):
+        dm.flush(host, "36001405x", tries=3, pause_s=0)
+    assert host.commands.count(("multipath", "-f", "36001405x")) == 3
+    other = FlushHost(busy=0, other="36001405x: no such map")
+    with pytest.raises(CommandError, match="no such map"):
+        dm.flush(other, "36001405x", tries=3, pause_s=0)
+    assert other.commands.count(("multipath", "-f", "36001405x")) == 1

@@ -223,3 +223,28 @@ def test_connect_fabric_provisions_the_named_target_one_pair_per_host_and_reads_
     again = provision.connect_fabric(lab, "nvme-tcp", hosts, target="nvmet")  # the host is free again
     again.teardown()
     assert provisioned == ["second", "nvmet"]
+
+
+def test_an_initiator_that_cannot_let_go_leaves_the_fabric_to_be_provisioned_anew() -> None:
+    """A failed disconnect (CI, 2026-12-03: a multipath map in use) raises, and the fabric is no longer marked
+    connected, so the ``fabric`` fixture provisions it anew for the next case; before, the pair's later cases got
+    a fabric without devices and skipped as if the lab marked nothing writable."""
+    from pytest_fabricqa import provision
+    from pytest_fabricqa.targets.base import Export, ExportedUnit
+
+    lab = load_lab(LABS / "vlab.yaml")
+    hosts = {name: ScriptedHost(name) for name in lab.hosts}
+    export = Export("iscsi", "tcp", "10.10.10.19", 3260, (ExportedUnit("iqn.x", 1, "ram0", "/dev/ram0"),), "vstor")
+    device = FabricDevice("vnode1", "/dev/mapper/36001405x", "ram0", "iqn.x", 1, 1 << 29, 512, True, False)
+
+    def in_use() -> None:
+        raise CommandError(CommandResult("vnode1", ("multipath", "-f", "36001405x"), 1, "36001405x: map in use", ""))
+
+    stack = UndoStack()
+    stack.push("remove multipath map 36001405x", in_use)
+    fabric = provision.Fabric(lab, "iscsi", export, UndoStack(), "vstor", [device], {}, 0.0, [], hosts)
+    fabric._initiator_stacks = {"vnode1": stack}
+    assert fabric.connected
+    with pytest.raises(ProvisionError, match=r"vnode1: disconnecting from the iscsi target failed: .*map in use"):
+        fabric.reconnect_initiators()
+    assert not fabric.connected and fabric.devices == []

@@ -141,7 +141,15 @@ def _write_gpt(host: Host) -> None:
     head, tail = _gpt_bytes()
     _write(host, SCRATCH, 0, head)
     _write(host, SCRATCH, SCRATCH_BYTES - len(tail), tail)
-    host.run(["blockdev", "--rereadpt", SCRATCH])  # no udev here: the kernel reads the new table when asked
+    _reread_partitions(host)
+
+
+def _reread_partitions(host: Host) -> None:
+    """The kernel reads the new table when asked. udev first: vstor's udevd probes the disk and its partitions
+    after every write (its inotify watch), and a partition it holds open makes BLKRRPART fail with EBUSY (2 of 10
+    times on vstor, after the SSH commands came ~100 ms closer together; CI of cb1c0e3)."""
+    host.run(["udevadm", "settle"])
+    host.run(["blockdev", "--rereadpt", SCRATCH])
 
 
 def _asmlib_on_partition(host: Host) -> None:
@@ -178,10 +186,12 @@ if vgs "$vg" >/dev/null 2>&1; then
   vgremove -y "$vg" >/dev/null || exit 1
 fi
 if pvs "$dev" >/dev/null 2>&1; then pvremove -y "$dev" >/dev/null || exit 1; fi
+udevadm settle  # udevd's probes of the disk and its partitions hold them open: see _reread_partitions
 wipefs -a -q "$dev" || exit 1
 dd if=/dev/zero of="$dev" bs=1M count=8 oflag=direct conv=fsync status=none || exit 1
 mib=$(( $(blockdev --getsize64 "$dev") / 1048576 ))
 dd if=/dev/zero of="$dev" bs=1M seek=$((mib - 1)) count=1 oflag=direct conv=fsync status=none || exit 1
+udevadm settle
 blockdev --rereadpt "$dev" || exit 1
 """
 
