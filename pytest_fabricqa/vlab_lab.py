@@ -15,8 +15,8 @@ from pathlib import Path
 
 from pytest_fabricqa.errors import UserError
 from pytest_fabricqa.lab import LabError, LabModel, load_lab, resolve_lab_path
-from pytest_fabricqa.vlab.machine import VirtualLab
-from pytest_fabricqa.vlab.procs import read_state
+from pytest_fabricqa.vlab.machine import VirtualLab, busy_ports, lab_forwarding
+from pytest_fabricqa.vlab.procs import alive, read_state
 from pytest_fabricqa.vlab.spec import Drive, Guest, SpecError, VlabSpec
 
 
@@ -95,14 +95,46 @@ def check_attachable(lab: LabModel, state_dir: Path) -> None:
     when it is this very lab (its guests in any order), or when it is what a dead run left (boot cleans it up).
     """
     run_dir = run_dir_for(state_dir, lab)
-    found = VirtualLab.in_the_way(spec_from_lab(lab), run_dir)
+    spec = spec_from_lab(lab)
+    found = VirtualLab.in_the_way(spec, run_dir)
     if found is None:
+        if not _recorded_up(run_dir):  # a lab up in the run dir is this very lab: the ports are its own
+            _check_ports(lab, spec, run_dir)
         return
     why, whole = found
     attach = ", or run with the lab file it was started from to attach to it" if whole else ""
     raise LabInTheWay(
         f"lab {lab.name!r}: the virtual lab running in {run_dir} is not this lab file's: {why}; "
         f"stop it with `{down_command(lab.name, run_dir)}` and run again{attach}"
+    )
+
+
+def _recorded_up(run_dir: Path) -> bool:
+    """True when ``run_dir`` records a lab whose processes (and owner, if any) are all alive."""
+    state = read_state(run_dir)
+    if state is None or (state.owner is not None and not alive(state.owner)):
+        return False
+    return all(alive(p) for p in state.processes)
+
+
+def _check_ports(lab: LabModel, spec: VlabSpec, run_dir: Path) -> None:
+    """Raise :class:`LabInTheWay` when the SSH ports ``lab`` needs are held by anything but its own run dir's lab:
+    most often the same lab started from another folder (its run state lives under that folder's .fabricqa/)."""
+    busy = busy_ports(spec)
+    if not busy:
+        return
+    other = lab_forwarding(busy[0])
+    if other is not None and other.resolve() == Path(run_dir).resolve():
+        return  # this very lab, up (or what a dead run left, which its boot cleans up)
+    if other is None:
+        raise LabInTheWay(
+            f"lab {lab.name!r}: SSH port(s) {busy} on 127.0.0.1 are in use by a process other than a virtual lab; "
+            "stop it, or give the lab file's hosts other ports"
+        )
+    raise LabInTheWay(
+        f"lab {lab.name!r}: SSH port(s) {busy} on 127.0.0.1 are in use by the virtual lab running in {other}, "
+        f"not in {run_dir} where this run keeps its lab; attach to it with -o fabricqa_state_dir="
+        f"{other.parent.parent}, or stop it with `fabricqa-vlab down --run-dir {other}` and run again"
     )
 
 

@@ -341,6 +341,25 @@ def _port_free(port: int) -> bool:
     return True
 
 
+def busy_ports(spec: VlabSpec) -> list[int]:
+    """The guests' SSH ports on 127.0.0.1 that something already listens on."""
+    return [g.ssh_port for g in spec.guests if not _port_free(g.ssh_port)]
+
+
+def lab_forwarding(port: int, proc: Path = Path("/proc")) -> Path | None:
+    """The run dir of the running virtual lab whose QEMU forwards ``port`` to a guest's SSH (read from its command
+    line: ``hostfwd=tcp:127.0.0.1:PORT-:22`` and ``-pidfile RUN_DIR/GUEST/qemu.pid``), or None."""
+    forward = f"hostfwd=tcp:127.0.0.1:{port}-:22".encode()
+    for cmdline in proc.glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:  # the process ended, or is not ours to read
+            continue
+        if b"-pidfile" in argv[:-1] and any(forward in word for word in argv):
+            return Path(os.fsdecode(argv[argv.index(b"-pidfile") + 1])).parent.parent
+    return None
+
+
 def _qmp_quit(path: Path) -> None:
     """Ask QEMU to exit through its QMP socket; errors are ignored (the caller signals what is left)."""
     with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
@@ -398,9 +417,11 @@ class VirtualLab:
                 raise VlabError(
                     "qemu start", f"`{tool}` not found; apt-get install qemu-system-x86 vde2 openssh-client"
                 )
-        busy = [g.ssh_port for g in spec.guests if not _port_free(g.ssh_port)]
+        busy = busy_ports(spec)
         if busy:
-            raise VlabError("qemu start", f"SSH port(s) {busy} on 127.0.0.1 are in use; pick others in the spec")
+            other = lab_forwarding(busy[0])
+            by = f" by the virtual lab running in {other}" if other is not None else ""
+            raise VlabError("qemu start", f"SSH port(s) {busy} on 127.0.0.1 are in use{by}; pick others in the spec")
         if image is None:
             try:
                 image = build_image(log=log)

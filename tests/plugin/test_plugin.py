@@ -227,6 +227,68 @@ def test_another_virtual_lab_in_the_way_is_one_line_and_the_same_lab_reordered_i
             child.wait()
 
 
+# A stand-in for another folder's lab guest: listens on PORT with QEMU's words for it on its command line.
+LISTENER = """
+import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+print("listening", flush=True)
+time.sleep(300)
+"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_the_lab_s_ports_held_by_a_lab_from_another_folder_is_one_line_saying_how_to_attach_or_stop(
+    pytester: pytest.Pytester,
+) -> None:
+    """`pytest --lab=.../vlab.yaml` from a folder other than the one the lab was started in: its run state lives
+    under that folder, so this run would boot a second lab on the same ports (a VlabError traceback in a fixture)."""
+    vlab_text = (ROOT / "labs" / "vlab.yaml").read_text()
+    ports = [_free_port() for _ in range(3)]
+    for old, new in zip((22191, 22192, 22193), ports, strict=True):
+        vlab_text = vlab_text.replace(f"port: {old}", f"port: {new}")
+    (pytester.path / "vlab.yaml").write_text(vlab_text)
+    pytester.makepyfile("def test_x():\n    pass\n")
+    other = pytester.path / "elsewhere" / ".fabricqa" / "vlab" / "vlab"
+    fake_qemu = [
+        sys.executable, "-c", LISTENER, str(ports[0]),
+        "-pidfile", str(other / "vstor" / "qemu.pid"),
+        "-netdev", f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{ports[0]}-:22",
+    ]  # fmt: skip
+    for argv, expected in (
+        (
+            fake_qemu,
+            f"ERROR: lab 'vlab': SSH port(s) [{ports[0]}] on 127.0.0.1 are in use by the virtual lab running in "
+            f"{other}, not in {pytester.path}/.fabricqa/vlab/vlab where this run keeps its lab; attach to it with "
+            f"-o fabricqa_state_dir={other.parent.parent}, or stop it with `fabricqa-vlab down --run-dir {other}` "
+            "and run again",
+        ),
+        (
+            [sys.executable, "-c", LISTENER, str(ports[0])],
+            f"ERROR: lab 'vlab': SSH port(s) [{ports[0]}] on 127.0.0.1 are in use by a process other than a virtual "
+            "lab; stop it, or give the lab file's hosts other ports",
+        ),
+    ):
+        listener = subprocess.Popen(argv, stdout=subprocess.PIPE)
+        try:
+            assert listener.stdout is not None and listener.stdout.readline() == b"listening\n"
+            result = pytester.runpytest_subprocess("--lab=vlab.yaml", "-p", "no:cacheprovider")
+        finally:
+            listener.kill()
+            listener.wait()
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        assert result.stderr.lines[0] == expected  # (fnmatch would read the ports' brackets as a pattern)
+        assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
 def test_loads_on_one_target_never_overlap_under_xdist(pytester: pytest.Pytester) -> None:
     """Cases marked loads_target share an xdist group per target host; prerequisite-like cases spread out."""
     pytester.makepyfile(

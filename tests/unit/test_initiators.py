@@ -244,3 +244,34 @@ def test_a_discovery_login_refused_once_is_tried_again_and_a_lasting_refusal_sti
     with pytest.raises(CommandError):
         iscsi.discover(elsewhere, "10.10.10.19", 3260, "fabricqa_iser")
     assert len(elsewhere.commands) == 1  # other failures are iscsiadm's own to retry, and were
+
+
+def test_an_iscsiadm_that_crashed_in_discovery_is_tried_again_and_a_lasting_crash_still_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Status 139 and "Segmentation fault" as the lab's shell reported a process killed by SIGSEGV (vnode1,
+    2026-12-03), the crash CI met in iscsiadm's iSER discovery reconnect."""
+    monkeypatch.setattr(iscsi, "DISCOVERY_PAUSE_S", 0.0)
+    answers = [(139, "", "Segmentation fault\n"), (0, (DATA / "iscsiadm-discovery.txt").read_text(), "")]
+    host = ScriptedHost("vnode1", lambda argv: answers.pop(0))
+    (target,) = iscsi.discover(host, "10.10.10.19", 3260, "fabricqa_iser")
+    assert target.iqn == IQN and len(host.commands) == 2
+    crashing = ScriptedHost("vnode1", lambda argv: (139, "", "Segmentation fault\n"))
+    with pytest.raises(CommandError, match="exited 139"):
+        iscsi.discover(crashing, "10.10.10.19", 3260, "fabricqa_iser")
+    assert len(crashing.commands) == iscsi.DISCOVERY_TRIES
+
+
+def test_deleting_records_a_failed_discovery_never_wrote_is_nothing_to_do() -> None:
+    """iscsiadm 2.1.8's answers on vnode1 (2026-12-03) for a portal without a SendTargets record, and a target
+    without node records: the undo of a discovery that crashed before writing either. (The locking failure is made
+    up: any other IDBM failure still raises.)"""
+    no_node = (21, "", "iscsiadm: No records found\n")
+    no_discovery = (6, "", "iscsiadm: Discovery record [10.10.10.19,3260] not found.\n")
+    host = answering([(("iscsiadm", "-m", "node"), no_node), (("iscsiadm", "-m", "discoverydb"), no_discovery)])
+    iscsi.delete_records(host, IQN, "10.10.10.19:3260", "10.10.10.19", 3260)
+    assert len(host.commands) == 2
+    broken_db = (6, "", "iscsiadm: Could not lock discovery DB: /var/lib/iscsi/send_targets/.lock: Permission denied\n")
+    failing = answering([(("iscsiadm", "-m", "node"), no_node), (("iscsiadm", "-m", "discoverydb"), broken_db)])
+    with pytest.raises(CommandError, match="could not delete the open-iscsi records"):
+        iscsi.delete_records(failing, IQN, "10.10.10.19:3260", "10.10.10.19", 3260)

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vlab_support import make_lab
+import yaml
+from vlab_support import STATE, lab_data, make_lab
 
 from pytest_fabricqa.lab import LabModel
 from pytest_fabricqa.provision import ProvisionError, cleanup_stale, connect_fabric, leftovers
@@ -47,7 +48,7 @@ def _changed(before: tuple[str, ...], after: tuple[str, ...]) -> str:
 
 KILL_CHILD = textwrap.dedent(
     """
-    import json, sys, time
+    import json, signal, sys, threading
     from pytest_fabricqa.lab import LabModel
     from pytest_fabricqa.session import make_hosts
     from pytest_fabricqa.provision import connect_fabric
@@ -59,10 +60,20 @@ KILL_CHILD = textwrap.dedent(
     lab = LabModel.model_validate(args["lab"])
     hosts = make_hosts(lab, key=args["key"], known_hosts=args["known_hosts"])
 
+    # A SIGINT ends the stall as it raises KeyboardInterrupt: the step in flight then finishes as a slow one would,
+    # after the interrupt, however long the test took to send it.
+    interrupted = threading.Event()
+
+    def on_sigint(signum, frame):
+        interrupted.set()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+
     def stall(original):
         def wrapper(*a, **k):
             print("HALF-MADE", flush=True)
-            time.sleep(args["stall"])
+            interrupted.wait(args["stall"])
             return original(*a, **k)
         return wrapper
 
@@ -127,11 +138,12 @@ def test_a_run_interrupted_with_sigint_undoes_itself(
     vlab: tuple[LabModel, dict[str, Host], dict[str, str]], protocol: str, where: str
 ) -> None:
     """Ctrl-C: connect_fabric unwinds before the exception leaves it. Initiators connect in worker threads,
-    so an interrupt there waits for the step in flight (here a 45 s stall) to finish, then undoes it too."""
+    so an interrupt there waits for the step in flight (here stalled until the interrupt) to finish, then undoes
+    it too."""
     lab, hosts, ssh = vlab
-    # The stall must outlast the leftovers listing below: at 15 s, on a loaded CI host, the child woke up, finished
-    # connecting and exited cleanly before the SIGINT came (empty stderr; fresh-clone run of 5e17a60).
-    child = _start_half_made(lab, ssh, protocol, where, stall=45)
+    # Stalled until the SIGINT (at most 600 s): a fixed 15 s stall ran out before the leftovers listing below
+    # did on a loaded CI host, and the child finished connecting and exited cleanly (fresh-clone run of 5e17a60).
+    child = _start_half_made(lab, ssh, protocol, where)
     try:
         assert leftovers(lab, hosts), "nothing was made before the interrupt"
         assert child.poll() is None, "the child finished before the interrupt: the stall was too short"
@@ -300,6 +312,61 @@ def test_an_initiator_that_cannot_reach_the_portal_is_one_line_and_the_other_is_
         vnode2.run(["ip", "route", "del", "blackhole", "10.10.10.19/32"])
     assert message.startswith(f"vnode2: cannot reach the portal 10.10.10.19:{4420 if protocol == 'nvme-tcp' else 3260}")
     assert "check the storage network" in message
+
+
+# A one-shot iscsiadm ahead of the real one on PATH: its first discovery removes it and dies of SIGSEGV (as iscsiadm
+# did in CI, crashing in its own iSER discovery reconnect); every other call is the real iscsiadm's.
+CRASH_ONCE = "/usr/local/sbin/iscsiadm"
+CRASH_ONCE_SCRIPT = r"""#!/bin/sh
+case " $* " in *" -m discovery "*) rm -f "$0"; kill -SEGV $$ ;; esac
+exec /usr/sbin/iscsiadm "$@"
+"""
+
+
+def test_an_iscsiadm_that_crashes_in_discovery_is_tried_again(
+    vlab: tuple[LabModel, dict[str, Host], dict[str, str]],
+) -> None:
+    """The crash is injected (a real one needs the target to leave a discovery unanswered for 30 s, a race): what
+    is proven here is the shell's status of a real SIGSEGV reaching :func:`iscsi.discover`, and the fabric whole."""
+    lab, hosts, _ = vlab
+    vnode1 = hosts["vnode1"]
+    vnode1.run(["sh", "-c", 'printf %s "$1" > "$2" && chmod 755 "$2"', "sh", CRASH_ONCE_SCRIPT, CRASH_ONCE])
+    try:
+        fabric = connect_fabric(lab, "iser", hosts, target="lio")
+        try:
+            assert not vnode1.run(["test", "-e", CRASH_ONCE], check=False).ok  # it ran, and crashed
+            assert len(fabric.devices_on("vnode1")) == len(fabric.devices_on("vnode2")) > 0
+        finally:
+            fabric.teardown()
+    finally:
+        vnode1.run(["rm", "-f", CRASH_ONCE])
+    assert leftovers(lab, hosts) == []
+
+
+def test_a_run_from_another_folder_names_the_running_lab_and_how_to_attach(
+    vlab: tuple[LabModel, dict[str, Host], dict[str, str]], tmp_path: Path
+) -> None:
+    """The running lab's own lab file, from a folder whose .fabricqa/ holds no lab: one usage-error line naming this
+    lab's run dir (found from its QEMU processes), before any case; with the option it names, the run attaches."""
+    lab, _, _ = vlab
+    (tmp_path / "lab.yaml").write_text(yaml.safe_dump(lab_data()))
+    (tmp_path / "test_one.py").write_text("def test_one(lab_hosts):\n    assert lab_hosts\n")
+    argv = [sys.executable, "-m", "pytest", "--lab=lab.yaml", "-p", "no:cacheprovider", "test_one.py"]
+    refused = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    run_dir = STATE.resolve() / "vlab" / lab.name
+    assert refused.returncode == pytest.ExitCode.USAGE_ERROR, refused.stdout + refused.stderr
+    assert refused.stderr.startswith(f"ERROR: lab '{lab.name}': SSH port(s) "), refused.stderr
+    assert f"in use by the virtual lab running in {run_dir}, " in refused.stderr
+    assert "Traceback" not in refused.stdout + refused.stderr
+    attached = subprocess.run(
+        [*argv, "-o", f"fabricqa_state_dir={STATE.resolve()}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert attached.returncode == 0, attached.stdout[-2000:]
+    assert not (tmp_path / ".fabricqa" / "vlab").exists()
 
 
 def test_an_nvmetcli_saved_config_is_provisioned_as_it_is(

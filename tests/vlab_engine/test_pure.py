@@ -33,6 +33,7 @@ from pytest_fabricqa.vlab.machine import (
     host_nqn,
     initiator_name,
     known_hosts_line,
+    lab_forwarding,
     qemu_argv,
     socket_dir,
 )
@@ -699,3 +700,25 @@ def test_the_lab_file_with_hosts_reordered_attaches_and_another_lab_is_one_line(
             check_attachable(other, state_dir)
     finally:
         _stop(children)
+
+
+def test_the_lab_forwarding_a_port_is_read_from_its_qemu_command_line(tmp_path: Path) -> None:
+    """A /proc of three processes: a lab guest's QEMU (its argv as :func:`qemu_argv` writes it), a process whose
+    cmdline cannot be read, and another QEMU forwarding a port whose number starts the same."""
+    run_dir = tmp_path / "elsewhere" / ".fabricqa" / "vlab" / "vlab"
+
+    def process(pid: int, argv: list[str] | None) -> None:
+        (tmp_path / "proc" / str(pid)).mkdir(parents=True)
+        cmdline = tmp_path / "proc" / str(pid) / "cmdline"
+        if argv is None:
+            cmdline.mkdir()  # reading it fails, as a process that ended while /proc was read does
+        else:
+            cmdline.write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+
+    hostfwd = "user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{}-:22"
+    process(10, ["qemu-system-x86_64", "-pidfile", f"{run_dir}/vstor/qemu.pid", "-netdev", hostfwd.format(22191)])
+    process(11, None)
+    process(12, ["qemu-system-x86_64", "-pidfile", "/x/vlab/other/vstor/qemu.pid", "-netdev", hostfwd.format(221910)])
+    assert lab_forwarding(22191, tmp_path / "proc") == run_dir
+    assert lab_forwarding(22192, tmp_path / "proc") is None
+    assert lab_forwarding(221910, tmp_path / "proc") == Path("/x/vlab/other")
