@@ -223,9 +223,7 @@ class ScsiReservations:
     def preempt(self, host: Host, path: str, key: int, victim: int, rtype: int) -> None:
         """PROUT PREEMPT: ``key``'s holder takes the reservation (type ``rtype``) and ``victim``'s registration
         away."""
-        self._out(
-            host, path, "--preempt", f"--param-rk={key:#x}", f"--param-sark={victim:#x}", f"--prout-type={rtype}"
-        )
+        self._out(host, path, "--preempt", f"--param-rk={key:#x}", f"--param-sark={victim:#x}", f"--prout-type={rtype}")
 
     def clear(self, host: Host, path: str, key: int) -> None:
         """PROUT CLEAR with a registered ``key``: every registration and the reservation go."""

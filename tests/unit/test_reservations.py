@@ -12,9 +12,9 @@ from fakes import ScriptedHost
 from pytest_fabricqa.integrity import SharedDevice
 from pytest_fabricqa.reservations import (
     CONFLICT,
+    SCSI_TYPES,
     NvmeReservations,
     ReservationState,
-    SCSI_TYPES,
     ScsiReservations,
     fencing,
     parse_nvme_resv_report,
