@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# The two CI tiers on the virtual lab, as root on a Debian machine: `gate` (.ci/run, the landing gate) and `full`
+# (.ci/full, the whole qualification). Both install what the tests need, run the plugin's own tests that need no
+# lab beside the lab's jobs, boot the lab once (every run below attaches to it; a run stops only a lab it booted
+# itself), run the main job, seed 000's comparison, the regression-gated re-run under xdist, and the virtual-lab
+# tests. They differ only in how much of the main job and of the virtual-lab tests they select (below).
+# Fails if any part fails or runs nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scope=${1:-}
+start=$SECONDS
+stamp() { echo "== $1 at $((SECONDS - start)) s"; }
+
+# --- What each tier selects: the one place that says it. ---------------------------------------------------------
+# full: every (protocol, target) pair of labs/vlab.yaml through every suite, and every virtual-lab test.
+# gate: every part at least once, chosen by name (no rotation, no random subset):
+#   - every pair: its prerequisites, provisioned and connected, its whole connectivity suite (discovery, devices,
+#     WWIDs, path settings, a read-only fio pass, the teardown leaving nothing), two fio points (8k randread and
+#     randwrite, the second behind the data-safety guard) and one verified write read back on the other initiator;
+#   - failover: a path down under I/O on NVMe native multipath (nvme-tcp on nvmet) and on dm-multipath (iscsi on
+#     LIO), and one target-side fault (nvmet's port unlinked under I/O);
+#   - the guarantees: a run killed mid-provisioning cleaned by the next (an NVMe target, a SCSI initiator on LIO),
+#     someone else's nvmet and LIO objects never touched, SIGINT undoing itself, an ASM header refused;
+#   - the regression-gated re-run under xdist, on the same two points.
+# The full run is what the README asks before resolving a change to targets, initiators, faults, integrity, the
+# virtual lab or the suites.
+case "$scope" in
+  gate)
+    main_k="test_prerequisites or test_connectivity or (test_fio and 8k-qd128-j4)"
+    main_k+=" or (test_written_on_one_read_on_every_other and 8k)"
+    main_k+=" or (test_one_path_down and (nvme-tcp-nvmet or iscsi-lio))"
+    main_k+=" or (test_path_away_on_the_target and nvme-tcp-nvmet-target-port-down)"
+    main_select=(-k "$main_k")
+    gated_select=(-k "test_fio and 8k-qd128-j4")
+    vlab_select=(
+      "tests/vlab/test_provision_vlab.py::test_a_run_killed_mid_provisioning_is_cleaned_by_the_next_run[nvme-tcp-target]"
+      "tests/vlab/test_provision_vlab.py::test_a_run_killed_mid_provisioning_is_cleaned_by_the_next_run[iscsi-initiators]"
+      "tests/vlab/test_provision_vlab.py::test_a_run_interrupted_with_sigint_undoes_itself[iscsi-target]"
+      "tests/vlab/test_provision_vlab.py::test_objects_we_did_not_create_are_never_touched"
+      "tests/vlab/test_safety_vlab.py::test_an_asm_header_on_the_backing_devices_is_refused_on_every_initiator_across_nvme_tcp"
+    )
+    ;;
+  full)
+    main_select=()
+    gated_select=()
+    vlab_select=(tests -m vlab)
+    ;;
+  *)
+    echo "usage: $0 gate|full (gate: the landing gate, .ci/run; full: the whole qualification, .ci/full)" >&2
+    exit 2
+    ;;
+esac
+
+bash scripts/install.sh
+stamp "install done"
+
+# The plugin's own tests that need no virtual lab (unit, pytester, real sshd on loopback) run beside the lab's jobs:
+# the three TCG guests keep this 2-core machine about two-thirds busy (they wait on SSH round trips more than they
+# compute), so this half costs the lab's jobs little.
+pytest tests -m "not vlab" -p no:cacheprovider > fabricqa-unit-tests.log 2>&1 &
+unit_pid=$!
+
+fabricqa-vlab up --lab vlab
+trap 'kill "$unit_pid" 2>/dev/null || true; fabricqa-vlab down --lab vlab' EXIT
+stamp "lab up"
+
+# The main job on the default virtual lab (README command 1 is its full form). --durations: where the time goes.
+pytest --lab=vlab --durations=25 "${main_select[@]}"
+stamp "main job done"
+for f in fabricqa-report/results.json fabricqa-report/junit.xml fabricqa-report/report.html; do
+  test -s "$f" || { echo "the main job left no $f" >&2; exit 1; }
+done
+# Seed 000's comparison from the main job's figures: the kernel's nvmet against SPDK, latency and the target
+# host's CPU split, per NVMe transport (issue 12).
+for p in nvme-tcp nvme-rdma; do
+  fabricqa-compare fabricqa-report/results.json --protocol "$p" --target nvmet,spdk --metrics latency-cpu --format text
+done
+
+# The regression gate: nvme-tcp's performance points again on the kernel's nvmet, each case gated against the main
+# job's figures -- on two xdist workers, checked to have kept every target-loading case on one of them (issue 16).
+pytest --lab=vlab --protocol=nvme-tcp --target=nvmet suites/test_performance.py "${gated_select[@]}" \
+  --baseline fabricqa-report/results.json --report-dir fabricqa-report-gated \
+  -n 2 --dist loadgroup -v | tee fabricqa-report-gated.log
+python3 scripts/check_xdist_groups.py fabricqa-report-gated.log
+stamp "gated run done"
+
+# The virtual-lab tests, on the lab booted above.
+pytest --durations=25 "${vlab_select[@]}"
+stamp "virtual-lab tests done"
+unit_rc=0
+wait "$unit_pid" || unit_rc=$?
+tail -n 30 fabricqa-unit-tests.log
+if [ "$unit_rc" -ne 0 ]; then
+  echo "the plugin's tests without the virtual lab failed (exit $unit_rc); whole log: fabricqa-unit-tests.log" >&2
+  exit "$unit_rc"
+fi
+stamp "tests done"
+
+fabricqa-vlab down --lab vlab
+trap - EXIT
+
+if pgrep -f qemu-system-x86_64 >/dev/null; then
+  echo "a qemu process of the virtual lab survived the run:" >&2
+  pgrep -af qemu-system-x86_64 >&2
+  exit 1
+fi
+stamp "$scope done"
