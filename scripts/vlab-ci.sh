@@ -17,6 +17,7 @@ stamp() { echo "== $1 at $((SECONDS - start)) s"; }
 #   - every pair: its prerequisites, provisioned and connected, its whole connectivity suite (discovery, devices,
 #     WWIDs, path settings, a read-only fio pass, the teardown leaving nothing), two fio points (8k randread and
 #     randwrite, the second behind the data-safety guard) and one verified write read back on the other initiator;
+#   - the verify proving it fires: a block corrupted on the target between write and verify (nvme-tcp on nvmet);
 #   - failover: a path down under I/O on NVMe native multipath (nvme-tcp on nvmet) and on dm-multipath (iscsi on
 #     LIO), and one target-side fault (nvmet's port unlinked under I/O);
 #   - the guarantees: a run killed mid-provisioning cleaned by the next (an NVMe target, a SCSI initiator on LIO),
@@ -28,6 +29,7 @@ case "$scope" in
   gate)
     main_k="test_prerequisites or test_connectivity or (test_fio and 8k-qd128-j4)"
     main_k+=" or (test_written_on_one_read_on_every_other and 8k)"
+    main_k+=" or (test_verify_detects_corruption and nvme-tcp-nvmet)"
     main_k+=" or (test_one_path_down and (nvme-tcp-nvmet or iscsi-lio))"
     main_k+=" or (test_path_away_on_the_target and nvme-tcp-nvmet-target-port-down)"
     main_select=(-k "$main_k")
