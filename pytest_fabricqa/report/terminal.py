@@ -1,4 +1,4 @@
-"""The lines the plugin prints at the end of a run: verdicts first, then one line per protocol x workload."""
+"""The lines the plugin prints at the end of a run: verdicts first, then one line per protocol x target x workload."""
 
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ def _figure(case: Case, metric: str, unit: str = "") -> str:
 def summary_lines(run: Run) -> list[str]:
     """The end-of-run summary, without colour or terminal width assumptions (the plugin adds markup).
 
-    Verdict per protocol and overall; one line per performance case with IOPS, MB/s, p99 and the
-    verdict, each failure's reasons indented below it; non-performance cases only when they did not
+    Verdict per protocol and overall; one line per performance case naming its protocol and target, with IOPS,
+    MB/s, p99 and the verdict (grouped by protocol, then target), each failure's reasons indented below it; non-performance cases only when they did not
     pass; then the baseline and its environment mismatches, which are flagged, never silent.
     """
     per_protocol = ", ".join(f"{p} {run.verdict(p)}" for p in run.protocols)
@@ -45,13 +45,17 @@ def summary_lines(run: Run) -> list[str]:
     rows: list[tuple[Case, list[str]]] = []
     for protocol in run.protocols:
         perf = [c for c in run.cases_for(protocol, "performance") if c.workload is not None]
-        perf.sort(key=lambda c: workload_sort_key(c.workload))  # type: ignore[arg-type]
+        # Grouped by target within the protocol (a lab whose host serves a protocol from several targets runs the
+        # same workload once per target: the target column is what tells those rows apart).
+        targets = list(dict.fromkeys(run.case_target(c) or "-" for c in perf))
+        perf.sort(key=lambda c: (targets.index(run.case_target(c) or "-"), workload_sort_key(c.workload)))  # type: ignore[arg-type]
         for case in perf:
             rows.append(
                 (
                     case,
                     [
                         protocol,
+                        run.case_target(case) or "-",
                         workload_label(case),
                         _figure(case, "iops"),
                         _figure(case, "mbps"),
@@ -61,9 +65,9 @@ def summary_lines(run: Run) -> list[str]:
                 )
             )
     if rows:
-        header = ["protocol", "workload", "IOPS", "MB/s", "p99 us", "verdict"]
+        header = ["protocol", "target", "workload", "IOPS", "MB/s", "p99 us", "verdict"]
         widths = [max(len(r[i]) for r in [header] + [cells for _, cells in rows]) for i in range(len(header))]
-        right = {2, 3, 4}
+        right = {3, 4, 5}
 
         def fmt(cells: list[str]) -> str:
             return "  ".join(
@@ -80,7 +84,8 @@ def summary_lines(run: Run) -> list[str]:
 
     others = [c for c in run.cases if c.suite != "performance" and c.verdict in ("failed", "error")]
     for case in others:
-        scope = case.protocol or "lab"
+        target = run.case_target(case)
+        scope = f"{case.protocol} {target}" if case.protocol and target else case.protocol or "lab"
         lines.append(f"  {scope} {case.suite} {case.case_id}: {_VERDICT_WORDS[case.verdict]}")
         lines.extend(_reasons(case))
 

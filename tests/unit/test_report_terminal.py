@@ -15,7 +15,7 @@ def test_summary_of_the_sample_run() -> None:
     run = load_json(DATA / "sample_run.json")
     lines = summary_lines(run)
     assert lines[0] == "fabricqa: lab rac3: FAIL (nvme-rdma PASS, nvme-tcp FAIL, iser FAIL)"
-    assert lines[1].split() == ["protocol", "workload", "IOPS", "MB/s", "p99", "us", "verdict"]
+    assert lines[1].split() == ["protocol", "target", "workload", "IOPS", "MB/s", "p99", "us", "verdict"]
     perf = [c for c in run.cases if c.suite == "performance"]
     rows = [
         line
@@ -24,8 +24,9 @@ def test_summary_of_the_sample_run() -> None:
     ]
     assert len(rows) == len(perf)
     regressed = next(i for i, line in enumerate(lines) if "[regression]" in line)
-    assert lines[regressed].split()[:10] == [
+    assert lines[regressed].split()[:11] == [
         "nvme-tcp",
+        "nvmet",
         "randwrite",
         "8k",
         "j4",
@@ -84,3 +85,33 @@ def test_workload_label() -> None:
     assert workload_label(replace(case, workload=None)) == "iser-read-1m-qd4-j1"
     efficiency = replace(case, figures={**case.figures, "fabric_efficiency": 0.93})
     assert workload_label(efficiency) == "read 1m j1 qd4 fabric vs local"
+
+
+def test_every_row_names_its_target_and_a_protocol_served_by_several_targets_is_grouped_by_target() -> None:
+    """Three targets serving iSCSI run the same workload: without the target column their rows read alike (issue 33,
+    seen in a virtual-lab main job's summary)."""
+    run = load_json(DATA / "sample_run.json")
+    iser = [c for c in run.cases if c.protocol == "iser" and c.suite == "performance" and c.workload is not None]
+    assert iser, "the sample run has iSER performance cases"
+    kinds = ("lio", "scst", "tgt")
+    # The same workloads once per target, interleaved as a run with xdist or reordering could record them.
+    copies = [replace(c, nodeid=f"{c.nodeid}-{t}", case_id=f"{c.case_id}-{t}", target=t) for c in iser for t in kinds]
+    others = tuple(c for c in run.cases if c not in iser)
+    lines = summary_lines(replace(run, cases=(*others, *copies), baseline=None))
+    rows = [line.split() for line in lines if line.startswith("  iser ")]
+    assert len(rows) == len(copies)
+    assert [r[1] for r in rows] == [t for t in kinds for _ in iser]  # each target's rows together, lio first
+    for target in kinds:
+        labels = [" ".join(r[2:-4]) for r in rows if r[1] == target]
+        assert sorted(labels) == sorted(workload_label(c) for c in iser)
+    prereq = Case(
+        nodeid="suites/test_connectivity.py::test_every_initiator_is_connected[iser-scst]",
+        case_id="iser-scst",
+        suite="connectivity",
+        protocol="iser",
+        target="scst",
+        verdict="failed",
+        violations=("vnode1 is not connected",),
+    )
+    lines = summary_lines(replace(run, cases=(*others, *copies, prereq), baseline=None))
+    assert "  iser scst connectivity iser-scst: FAILED" in lines
