@@ -36,15 +36,67 @@ ROLES: tuple[str, ...] = ("target", "initiator", "db")
 Protocol = Literal["nvme-tcp", "nvme-rdma", "iscsi", "iser"]
 Role = Literal["target", "initiator", "db"]
 
-# NVMe base spec 1.4, 7.9: "nqn.yyyy-mm.reverse-domain:..." or the UUID form, at most 223 bytes.
-NQN_RE = re.compile(r"^nqn\.\d{4}-\d{2}\.[a-z0-9][a-z0-9.-]*[a-z0-9](:[\x21-\x7e]+)?$")
-# RFC 3720 3.2.6.3.1: "iqn.yyyy-mm.reverse-domain[:unique]"; lower case, no spaces.
-IQN_RE = re.compile(r"^iqn\.\d{4}-\d{2}\.[a-z0-9][a-z0-9.-]*[a-z0-9](:[a-z0-9.:_-]+)?$")
+# NVMe base spec, "NVMe Qualified Names", as SPDK 23.01 checks it (lib/nvmf/subsystem.c, nvmf_nqn_is_valid): "nqn.",
+# a yyyy-mm date code, ".", a reverse domain whose labels start with a letter, hold letters, digits and '-' and end
+# with a letter or digit (63 characters at most), then ":" and a name; or the UUID form. 223 bytes at most. Linux's
+# nvmet takes any name (see SHORT_NQN_RE); SPDK refuses everything else, naming no reason.
+NQN_MAX_BYTES = 223
+NQN_UUID_PREFIX = "nqn.2014-08.org.nvmexpress:uuid:"
+_DOMAIN_LABEL_RE = re.compile(r"^[A-Za-z](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+_NQN_NAME_RE = re.compile(r"^[\x21-\x7e]+$")  # printable ASCII without spaces: nothing a shell or configfs misreads
+# RFC 3720 3.2.6: an iSCSI name holds lower-case letters, digits, '-', '.' and ':' (tgt refuses anything else, '_'
+# among them), 223 bytes at most; the iqn form is "iqn.yyyy-mm.reverse.domain[:unique]".
+IQN_RE = re.compile(r"^iqn\.\d{4}-\d{2}\.[a-z0-9][a-z0-9.-]*[a-z0-9](:[a-z0-9.:-]+)?$")
+IQN_MAX_BYTES = 223
 # Linux nvmet also accepts a short subsystem name (seed 000 used "nvmet1"); nothing a shell or configfs misreads.
 SHORT_NQN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,222}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # A namespace's 16-byte NGUID, written as nvmetcli saves it (and configfs' device_nguid takes it).
 NGUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+
+
+def nqn_problem(nqn: str) -> str | None:
+    """None when ``nqn`` is an NVMe qualified name as the NVMe spec defines it and SPDK checks it, else the rule it
+    breaks, in one sentence (short names that only nvmet takes break it too: see :data:`SHORT_NQN_RE`)."""
+    if len(nqn.encode()) > NQN_MAX_BYTES:
+        return f"an NQN is at most {NQN_MAX_BYTES} bytes"
+    if not re.match(r"^nqn\.\d{4}-\d{2}\.", nqn):
+        return "an NQN starts with 'nqn.', a yyyy-mm date code and '.' (nqn.yyyy-mm.reverse.domain:name)"
+    if nqn.startswith(NQN_UUID_PREFIX):
+        if NGUID_RE.match(nqn.removeprefix(NQN_UUID_PREFIX)):
+            return None
+        return f"after '{NQN_UUID_PREFIX}' only a UUID may follow (8-4-4-4-12 hexadecimal digits)"
+    domain, colon, name = nqn[len("nqn.yyyy-mm.") :].partition(":")
+    if not colon or not name:
+        return "an NQN needs ':' and a name after the reverse domain (nqn.yyyy-mm.reverse.domain:name)"
+    for label in domain.split("."):
+        if not _DOMAIN_LABEL_RE.match(label):
+            return (
+                f"the reverse domain's label {label!r} must start with a letter, hold only letters, digits and '-', "
+                "end with a letter or digit, and be 63 characters at most"
+            )
+    if not _NQN_NAME_RE.match(name):
+        return "the name after ':' must be printable ASCII without spaces"
+    return None
+
+
+def iqn_problem(iqn: str) -> str | None:
+    """None when ``iqn`` is an iSCSI qualified name every target kind takes (RFC 3720), else the rule it breaks."""
+    if len(iqn.encode()) > IQN_MAX_BYTES:
+        return f"an iSCSI name is at most {IQN_MAX_BYTES} bytes"
+    if not re.match(r"^iqn\.\d{4}-\d{2}\.", iqn):
+        return (
+            "an iSCSI qualified name starts with 'iqn.', a yyyy-mm date code and '.' (iqn.yyyy-mm.reverse.domain:name)"
+        )
+    bad = sorted({c for c in iqn if not (c.isascii() and (c.islower() or c.isdigit() or c in ".-:"))})
+    if bad:
+        return (
+            f"{', '.join(repr(c) for c in bad)} not allowed: an iSCSI name holds only lower-case letters, digits, '.', "
+            "'-' and ':' (RFC 3720; tgt refuses the rest)"
+        )
+    if not IQN_RE.match(iqn):
+        return "the reverse domain after the date code must start and end with a letter or digit"
+    return None
 
 
 class LabError(UserError):
@@ -117,10 +169,10 @@ class HostModel(_Model):
     def _reachable(self) -> HostModel:
         if self.transport == "ssh" and not (self.address or self.ssh_alias):
             raise ValueError("an SSH host needs 'address' or 'ssh_alias'")
-        if self.host_nqn and not NQN_RE.match(self.host_nqn):
-            raise ValueError(f"host_nqn {self.host_nqn!r} is not an NVMe qualified name (nqn.yyyy-mm.domain:id)")
-        if self.initiator_iqn and not IQN_RE.match(self.initiator_iqn):
-            raise ValueError(f"initiator_iqn {self.initiator_iqn!r} is not an iSCSI name (iqn.yyyy-mm.domain:id)")
+        if self.host_nqn and (problem := nqn_problem(self.host_nqn)):
+            raise ValueError(f"host_nqn {self.host_nqn!r}: {problem}")
+        if self.initiator_iqn and (problem := iqn_problem(self.initiator_iqn)):
+            raise ValueError(f"initiator_iqn {self.initiator_iqn!r}: {problem}")
         return self
 
 
@@ -179,11 +231,15 @@ class Subsystem(_Model):
     @field_validator("nqn")
     @classmethod
     def _nqn(cls, value: str) -> str:
-        if len(value.encode()) > 223 or not (NQN_RE.match(value) or SHORT_NQN_RE.match(value)):
-            raise ValueError(
-                f"{value!r} is not a valid NQN: use nqn.yyyy-mm.reverse.domain:name (NVMe spec), at most 223 "
-                "bytes, or a short name of letters, digits, '.', '_', ':' and '-'"
-            )
+        problem = nqn_problem(value)
+        if problem and not (value.startswith("nqn.") or SHORT_NQN_RE.match(value)):
+            problem = "a short name (nvmet only) holds letters, digits, '.', '_', ':' and '-', 223 bytes at most"
+        elif problem and value.startswith("nqn."):
+            problem += " (NVMe spec; SPDK refuses it)"
+        else:
+            problem = None
+        if problem:
+            raise ValueError(f"{value!r}: {problem}")
         return value
 
 
@@ -235,8 +291,8 @@ class IscsiExport(_Model):
     @field_validator("iqn")
     @classmethod
     def _iqn(cls, value: str) -> str:
-        if not IQN_RE.match(value):
-            raise ValueError(f"{value!r} is not an iSCSI qualified name (iqn.yyyy-mm.reverse.domain:name)")
+        if problem := iqn_problem(value):
+            raise ValueError(f"{value!r}: {problem}")
         return value
 
 

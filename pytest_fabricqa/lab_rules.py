@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from pytest_fabricqa.initiators.connect import iface_name
-from pytest_fabricqa.lab import NQN_RE, LabError, LabModel
+from pytest_fabricqa.lab import LabError, LabModel, nqn_problem
 from pytest_fabricqa.targets import REGISTRY, kinds_serving
 
 Key = tuple[str, ...]
@@ -96,11 +96,11 @@ def _target_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
             yield key, f"device {dev!r} is exported twice as an NVMe namespace; list it once"
         if target.kind == "spdk" and target.nvme is not None:
             for s, subsystem in enumerate(target.nvme.subsystems):
-                if not NQN_RE.match(subsystem.nqn):
+                if problem := nqn_problem(subsystem.nqn):
                     yield (
                         (*at, "nvme", "subsystems", str(s), "nqn"),
-                        f"SPDK takes only NVMe qualified names and {subsystem.nqn!r} is a short name (nvmet takes "
-                        "those, SPDK refuses them); use nqn.yyyy-mm.reverse.domain:name",
+                        f"SPDK takes only NVMe qualified names and {subsystem.nqn!r} is not one: {problem} (nvmet "
+                        "takes short names, SPDK refuses them)",
                     )
         if target.iscsi is not None:
             luns = [((*at, "iscsi", "luns", str(n)), dev) for n, dev in enumerate(target.iscsi.luns)]

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from pytest_fabricqa.lab import IQN_RE, LabModel, TargetModel
+from pytest_fabricqa.lab import LabModel, TargetModel, iqn_problem
 from pytest_fabricqa.protocols import protocol as protocol_spec
 from pytest_fabricqa.targets import remote
 from pytest_fabricqa.targets.base import (
@@ -210,10 +210,10 @@ def plan_from_lab(lab: LabModel, model: TargetModel, protocol: str) -> LioPlan:
         iqn for n in lab.hosts_with("initiator") if (iqn := lab.hosts[n].initiator_iqn) is not None
     )
     for iqn in (model.iscsi.iqn, *acls):
-        if not IQN_RE.match(iqn):
+        if problem := iqn_problem(iqn):
             raise ProvisionError(
                 model.host or lab.name,
-                f"{iqn!r} is not an iSCSI qualified name",
+                f"{iqn!r} is not an iSCSI qualified name: {problem}",
                 "use iqn.yyyy-mm.reverse.domain:name, lower case",
             )
     addresses = lab.target_addresses(model)

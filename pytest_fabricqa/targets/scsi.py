@@ -11,7 +11,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from pytest_fabricqa.lab import IQN_RE, LabModel, TargetModel
+from pytest_fabricqa.lab import LabModel, TargetModel, iqn_problem
 from pytest_fabricqa.protocols import protocol as protocol_spec
 from pytest_fabricqa.targets.base import Export, ExportedUnit, ProvisionError, portal_name, target_index
 from pytest_fabricqa.transport.base import Host
@@ -101,10 +101,10 @@ def plan_from_lab(lab: LabModel, model: TargetModel, protocol: str, first_lun: i
         iqn for n in lab.hosts_with("initiator") if (iqn := lab.hosts[n].initiator_iqn) is not None
     )
     for iqn in (model.iscsi.iqn, *acls):
-        if not IQN_RE.match(iqn):
+        if problem := iqn_problem(iqn):
             raise ProvisionError(
                 model.host or lab.name,
-                f"{iqn!r} is not an iSCSI qualified name",
+                f"{iqn!r} is not an iSCSI qualified name: {problem}",
                 f"use iqn.yyyy-mm.reverse.domain:name, lower case (targets[{target_index(lab, model)}].iscsi)",
             )
     luns = []

@@ -133,7 +133,7 @@ BAD = [
     (
         "bad-nqn",
         GOOD.replace("nqn: nvmet1", "nqn: 'x;touch /tmp/pwned'"),
-        r"lab\.yaml:\d+: targets\[0\]\.nvme\.subsystems\[0\]\.nqn: 'x;touch /tmp/pwned' is not a valid NQN",
+        r"lab\.yaml:\d+: targets\[0\]\.nvme\.subsystems\[0\]\.nqn: 'x;touch /tmp/pwned': a short name \(nvmet only\)",
     ),
     (
         "corruptible-not-writable",

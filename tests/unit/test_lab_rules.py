@@ -64,8 +64,9 @@ CASES = {
             '"nqn.2026-11.io.fabricqa:vlab-nvme0"',
             "nvmet2",
         ),
-        r"\d+: targets\[0\]\.nvme\.subsystems\[1\]\.nqn: SPDK takes only NVMe qualified names and 'nvmet2' is a "
-        r"short name \(nvmet takes those, SPDK refuses them\); use nqn\.yyyy-mm\.reverse\.domain:name$",
+        r"\d+: targets\[0\]\.nvme\.subsystems\[1\]\.nqn: SPDK takes only NVMe qualified names and 'nvmet2' is not "
+        r"one: an NQN starts with 'nqn\.', a yyyy-mm date code and '\.' \(nqn\.yyyy-mm\.reverse\.domain:name\) \(nvmet "
+        r"takes short names, SPDK refuses them\)$",
     ),
     "iopolicy-set-and-expected-otherwise": (
         _swap(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from pytest_fabricqa.lab import NQN_RE, SHORT_NQN_RE, LabModel, TargetModel
+from pytest_fabricqa.lab import SHORT_NQN_RE, LabModel, TargetModel, nqn_problem
 from pytest_fabricqa.protocols import protocol as protocol_spec
 from pytest_fabricqa.targets.base import ProvisionError, target_index
 
@@ -68,7 +68,7 @@ def check_nqn(nqn: str) -> str | None:
     """None when ``nqn`` is a name nvmet accepts (NVMe NQN, at most 223 bytes, or a short name), else why not."""
     if len(nqn.encode()) > 223:
         return f"NQN {nqn!r} is longer than 223 bytes"
-    if not (NQN_RE.match(nqn) or SHORT_NQN_RE.match(nqn)):
+    if nqn_problem(nqn) is not None and not SHORT_NQN_RE.match(nqn):
         return f"{nqn!r} is not a valid NQN (nqn.yyyy-mm.reverse.domain:name)"
     return None
 

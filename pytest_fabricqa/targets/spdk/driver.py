@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from pytest_fabricqa.lab import NQN_RE, LabModel, SpdkSettings, TargetModel
+from pytest_fabricqa.lab import LabModel, SpdkSettings, TargetModel, nqn_problem
 from pytest_fabricqa.protocols import protocol as protocol_spec
 from pytest_fabricqa.targets import remote
 from pytest_fabricqa.targets.base import Export, ExportedUnit, UndoStack
@@ -268,9 +268,9 @@ class SpdkTarget(ConfigfsTarget):
         )
         self._files = {path for path, kind in kinds.items() if kind == "F"}
         for sub in plan.subsystems:
-            if not NQN_RE.match(sub.nqn):
+            if problem := nqn_problem(sub.nqn):
                 raise self._fail(
-                    f"SPDK takes only NVMe qualified names; {sub.nqn!r} is not one",
+                    f"SPDK takes only NVMe qualified names; {sub.nqn!r} is not one: {problem}",
                     f"use nqn.yyyy-mm.reverse.domain:name in {self.where}.nvme.subsystems",
                 )
             if sub.nqn in snap.subsystems:
