@@ -218,8 +218,14 @@ def _key(blob: object) -> str:
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _recipe(*steps: Callable[..., object]) -> list[str]:
+    """The code of a build's recipe and of every helper it calls: a change to any of them is a new build."""
+    return [inspect.getsource(step) for step in steps]
+
+
 def spdk_cache_key(dpdk_version: str, sources: Sequence[Source] = (SPDK, ISAL, ISAL_CRYPTO)) -> str:
-    """The SPDK build's key: archive sums, configure flags, the DPDK it links and the recipe's code."""
+    """The SPDK build's key: archive sums, configure flags, the DPDK it links, where the build lays its files in the
+    guest, and the code of the recipe and its helpers."""
     return _key(
         {
             "sources": [s.sha256 for s in sources],
@@ -228,13 +234,17 @@ def spdk_cache_key(dpdk_version: str, sources: Sequence[Source] = (SPDK, ISAL, I
             "shim": DPDK_VERSION_SHIM,
             "ldflags": DPDK_VERSION_LDFLAGS,
             "dpdk": dpdk_version,
-            "recipe": inspect.getsource(_build_spdk),
+            "layout": [SPDK_PREFIX, GUEST_BIN],
+            "recipe": _recipe(
+                _build_spdk, unpack, _run, _multiarch, elf_needed, library_packages, missing_runtime_packages
+            ),
         }
     )
 
 
 def scst_cache_key(kernel_release: str, kernel_package_version: str, source: Source = SCST) -> str:
-    """The SCST build's key: the archive's sum, the guest kernel (release and Debian version) and the recipe."""
+    """The SCST build's key: the archive's sum, the guest kernel (release and Debian version), where the build lays
+    its files in the guest, and the code of the recipe and its helpers."""
     return _key(
         {
             "source": source.sha256,
@@ -243,7 +253,8 @@ def scst_cache_key(kernel_release: str, kernel_package_version: str, source: Sou
             "make": list(SCST_MAKE_DIRS),
             "modules": list(SCST_MODULES),
             "programs": list(SCST_PROGRAMS),
-            "recipe": inspect.getsource(_build_scst),
+            "layout": [GUEST_BIN],
+            "recipe": _recipe(_build_scst, _headers_tree, kernel_header_packages, unpack, _run, module_info),
         }
     )
 

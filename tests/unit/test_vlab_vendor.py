@@ -41,6 +41,42 @@ def test_scst_key_changes_with_the_kernel_and_the_archive() -> None:
     assert vendor.scst_cache_key("6.1.0-57-amd64", "6.1.192-3", replace(vendor.SCST, sha256="1" * 64)) != base
 
 
+def _helper_of_another_shape(*args: object) -> None:
+    """Stands in for a build helper whose code changed."""
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("SPDK_PREFIX", "opt/spdk-elsewhere"),
+        ("GUEST_BIN", "usr/sbin"),
+        ("unpack", _helper_of_another_shape),
+        ("_run", _helper_of_another_shape),
+        ("elf_needed", _helper_of_another_shape),
+    ],
+)
+def test_spdk_key_changes_with_the_layout_and_the_helpers_code(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: object
+) -> None:
+    """Where the build lays its files in the guest and the helpers the recipe calls shape the build as much as the
+    recipe does: before, a new SPDK_PREFIX or unpack() reused the old build (issue 28, item 7)."""
+    base = vendor.spdk_cache_key("22.11.11")
+    monkeypatch.setattr(vendor, name, value)
+    assert vendor.spdk_cache_key("22.11.11") != base
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("GUEST_BIN", "usr/sbin"), ("_headers_tree", _helper_of_another_shape), ("module_info", _helper_of_another_shape)],
+)
+def test_scst_key_changes_with_the_layout_and_the_helpers_code(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: object
+) -> None:
+    base = vendor.scst_cache_key("6.1.0-57-amd64", "6.1.192-3")
+    monkeypatch.setattr(vendor, name, value)
+    assert vendor.scst_cache_key("6.1.0-57-amd64", "6.1.192-3") != base
+
+
 def test_image_key_takes_the_vendor_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
     assert image_mod.cache_key() == image_mod.cache_key(vendor_key=vendor.inputs_key())
     assert image_mod.cache_key(vendor_key="a") != image_mod.cache_key(vendor_key="b")
