@@ -7,16 +7,19 @@ in two steps, as pytest-html does: plain view data here, presentation in ``templ
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import jinja2
+from markupsafe import Markup
 
 from pytest_fabricqa import __version__
 from pytest_fabricqa.fio.logs import TimeSeries, Window
+from pytest_fabricqa.metrics import BY_NAME, METRIC_LABELS
 from pytest_fabricqa.report import charts
 from pytest_fabricqa.report.compare import METRIC_SETS, columns_from_run, compare_columns, render_html_table
 from pytest_fabricqa.report.formatting import format_figure, rw_label, size_bytes, workload_sort_key
@@ -270,26 +273,169 @@ def _timeseries_chart(case: Case, chart_id: str) -> str | None:
     )
 
 
-def _failover_charts(run: Run, chart_ids: list[int]) -> list[tuple[str, str, str]]:
-    """(case id, what the fault was, chart) for every failover case whose hosts' IOPS over time were recorded."""
-    charts_out = []
-    for case in run.cases:
-        data = case.extras.get("failover") if case.suite == "failover" else None
-        if not isinstance(data, dict) or not isinstance(data.get("series"), dict):
+FAILOVER_METRICS = ("stall_s", "first_io_s", "recovery_s", "io_errors", "verify_errors")
+"""The failover summary's columns, in the order a fault unfolds; ``path_imbalance_pct`` joins them when a case
+measured it (the path parity case)."""
+
+
+@dataclass
+class FigureCell:
+    """One figure of the failover summary, with the limit the case recorded for it."""
+
+    text: str
+    limit: str = ""
+    """``≤ 10``: the case's limit on the figure (``case.thresholds``); empty when it recorded none."""
+    broken: bool = False
+    """The figure is beyond its limit, or absent while limited (a check nobody could make does not pass)."""
+
+
+@dataclass
+class FailoverRow:
+    """A row of the failover summary: a case (``case``), one host's share of it (``host``) or why it failed
+    (``reasons``)."""
+
+    kind: str
+    cells: list[FigureCell] = field(default_factory=list)
+    case_id: str = ""
+    scope: str = ""
+    """Protocol and target: ``NVMe/TCP · nvmet``."""
+    fault: str = ""
+    """The outage's name as the failover suite records it (``all-paths-down-brief``); ``–`` when none is."""
+    what: str = ""
+    host: str = ""
+    verdict: str = ""
+    chart: str = ""
+    """The id of the case's chart further down the section; empty when no chart was drawn."""
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FailoverChart:
+    """One failover case's chart, under the id its summary row links to."""
+
+    anchor: str
+    case_id: str
+    what: str
+    svg: str
+
+
+@dataclass
+class FailoverView:
+    """The failover section: a summary row per case (and per host under it), then each case's chart."""
+
+    headers: list[str]
+    rows: list[FailoverRow]
+    charts: list[FailoverChart]
+
+
+def _failover_chart(data: Mapping[str, Any], chart_id: str) -> str | None:
+    """The hosts' IOPS over time through the fault, from ``extras["failover"]["series"]``; None without one."""
+    series = data.get("series")
+    if not isinstance(series, dict):
+        return None
+    hosts: dict[str, tuple[list[float], list[float], tuple[float, float]]] = {}
+    for host, points in series.items():
+        try:
+            window = (float(points["fault_s"][0]), float(points["fault_s"][1]))
+            hosts[str(host)] = ([float(t) for t in points["t_s"]], [float(v) for v in points["iops"]], window)
+        except (KeyError, IndexError, TypeError, ValueError):
             continue
-        series = data["series"]
-        hosts: dict[str, tuple[list[float], list[float], tuple[float, float]]] = {}
-        for host, points in series.items():
-            try:
-                window = (float(points["fault_s"][0]), float(points["fault_s"][1]))
-                hosts[str(host)] = ([float(t) for t in points["t_s"]], [float(v) for v in points["iops"]], window)
-            except (KeyError, IndexError, TypeError, ValueError):
-                continue
-        chart_ids[0] += 1
-        svg = charts.failover_chart(hosts, chart_id=f"c{chart_ids[0]}")
-        if svg is not None:
-            charts_out.append((case.case_id, str(data.get("what", "")), svg))
-    return charts_out
+    return charts.failover_chart(hosts, chart_id=chart_id)
+
+
+def _figure_cell(metric: str, figures: Mapping[str, float], limits: Mapping[str, float]) -> FigureCell:
+    value = figures.get(metric)
+    text = format_figure(metric, value) if value is not None else "–"
+    spec = BY_NAME[metric]
+    limit = limits.get(spec.threshold_key) if spec.threshold_key is not None else None
+    if limit is None:
+        return FigureCell(text)
+    # The limit's direction is the metric's (metrics.py); the verdict itself stays the case's own.
+    broken = value is None or (value > limit if spec.bound == "max" else value < limit)
+    return FigureCell(text, f"{'≤' if spec.bound == 'max' else '≥'} {limit:g}", broken)
+
+
+def _anchor(prefix: str, case_id: str, taken: set[str]) -> str:
+    """An element id from a case id (``failover-nvme-tcp-nvmet-failover-all-paths-down-brief``), unique in
+    ``taken``: gathered case ids carry brackets and colons, which make awkward link targets."""
+    base = f"{prefix}-" + (re.sub(r"[^A-Za-z0-9_-]+", "-", case_id).strip("-") or "case")
+    anchor, n = base, 1
+    while anchor in taken:
+        n += 1
+        anchor = f"{base}-{n}"
+    taken.add(anchor)
+    return anchor
+
+
+def _failover(run: Run, chart_ids: list[int]) -> FailoverView | None:
+    """Every failover case as a summary row (the figures it recorded, each against its limit, and the verdict),
+    a row per host under it, and the chart of its hosts' IOPS when the series were recorded; None without
+    failover cases."""
+    cases = [c for c in run.cases if c.suite == "failover"]
+    if not cases:
+        return None
+    measured = [*FAILOVER_METRICS]
+    if any("path_imbalance_pct" in c.figures for c in cases):
+        measured.append("path_imbalance_pct")
+    rows: list[FailoverRow] = []
+    drawn: list[FailoverChart] = []
+    taken = {"failover-summary"}  # the summary table's own id (report.html.j2)
+    for case in cases:
+        raw = case.extras.get("failover")
+        data: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
+        what = str(data.get("what", ""))
+        anchor = ""
+        if "series" in data:
+            chart_ids[0] += 1
+            svg = _failover_chart(data, f"c{chart_ids[0]}")
+            if svg is not None:
+                anchor = _anchor("failover", case.case_id, taken)
+                drawn.append(FailoverChart(anchor, case.case_id, what, svg))
+        target = run.case_target(case)
+        several = len(case.hosts) > 1
+        rows.append(
+            FailoverRow(
+                "case",
+                [_figure_cell(m, case.figures, case.thresholds) for m in measured],
+                case_id=case.case_id,
+                scope=protocol_name(case.protocol) + (f" · {target}" if target else ""),
+                fault=str(data.get("outage", "–")),
+                what=what,
+                host=f"{len(case.hosts)} hosts" if several else next(iter(case.hosts), ""),
+                verdict=case.verdict,
+                chart=anchor,
+            )
+        )
+        if several:
+            for host, figures in sorted(case.hosts.items()):
+                cells = [_figure_cell(m, figures, case.thresholds) for m in measured]
+                rows.append(FailoverRow("host", cells, host=host))
+        if case.verdict in ("failed", "error"):
+            rows.append(FailoverRow("reasons", verdict=case.verdict, reasons=_reasons(case)))
+    return FailoverView([METRIC_LABELS[m] for m in measured], rows, drawn)
+
+
+def skip_reason(case: Case) -> str:
+    """Why a skipped case did not run: pytest's skip message (``extras["skip_reason"]``, recorded by
+    :func:`~pytest_fabricqa.report.gather.finish_case`), else its skipped checks' details."""
+    reason = case.extras.get("skip_reason")
+    if isinstance(reason, str) and reason:
+        return reason
+    checks = [f"{c.name}: {c.detail}" if c.detail else c.name for c in case.checks if c.verdict == "skipped"]
+    return "; ".join(checks) or "no reason recorded (see the pytest output for this test)"
+
+
+def _skipped(run: Run) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Every skipped case and why, grouped by protocol and target (``NVMe/TCP · nvmet``; ``Lab`` for lab-wide
+    cases) in the order the groups first appear."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for case in run.cases:
+        if case.verdict != "skipped":
+            continue
+        target = run.case_target(case)
+        scope = protocol_name(case.protocol) + (f" · {target}" if target else "")
+        groups.setdefault(scope, []).append((case.case_id, skip_reason(case)))
+    return list(groups.items())
 
 
 def _scaling_view(case: Case, chart_id: str) -> ScalingView | None:
@@ -616,7 +762,8 @@ def report_context(run: Run, *, title: str | None = None) -> dict[str, Any]:
             }
             for c in other
         ],
-        "failover_charts": _failover_charts(run, chart_ids),
+        "failover": _failover(run, chart_ids),
+        "skipped": _skipped(run),
         "baseline": run.baseline,
         "baseline_notes": [str(n) for n in run.extras.get("baseline_notes", []) if isinstance(n, str)]
         if isinstance(run.extras.get("baseline_notes"), list)
@@ -643,14 +790,45 @@ def integrity_summary(done: Integrity) -> str:
     return text
 
 
+_TABLE_TAG = re.compile(r"<(/?)table\b[^>]*>", re.IGNORECASE)
+
+
+def scroll_boxes(page: str) -> Markup:
+    """Every outermost ``<table>`` of ``page`` inside its own ``<div class="table-scroll">``: a table wider than
+    the page scrolls in that box (its first column held in place by the stylesheet) instead of widening the
+    page. The template passes its whole body through this once, so the comparison tables rendered by
+    :mod:`~pytest_fabricqa.report.compare` get their box too. Only our own markup reaches a tag here: text from
+    results is escaped before it does."""
+    page = str(page)  # Jinja hands over Markup, which would escape the <div> added to it
+    out: list[str] = []
+    depth = 0
+    at = 0
+    for tag in _TABLE_TAG.finditer(page):
+        closing = tag.group(1) == "/"
+        if not closing:
+            if depth == 0:
+                out.append(page[at : tag.start()] + '<div class="table-scroll">')
+                at = tag.start()
+            depth += 1
+        elif depth > 0:
+            depth -= 1
+            if depth == 0:
+                out.append(page[at : tag.end()] + "</div>")
+                at = tag.end()
+    out.append(page[at:])
+    return Markup("".join(out))
+
+
 def _environment_loader() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.filters["scroll_boxes"] = scroll_boxes
+    return env
 
 
 def render_html(run: Run, *, title: str | None = None) -> str:
@@ -669,7 +847,6 @@ def case_extra_html(case: Case, *, chart_id: str = "case") -> str:
     fragment for pytest-html's per-test extras. Inline styles: pytest-html's stylesheet is not ours."""
     from html import escape
 
-    from pytest_fabricqa.metrics import METRIC_LABELS
     from pytest_fabricqa.report.formatting import format_trend, trend_pct
 
     before = case.regression.baseline_figures if case.regression is not None else {}

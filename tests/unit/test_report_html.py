@@ -228,7 +228,7 @@ def test_a_failover_case_gets_its_hosts_iops_over_time_with_the_fault_shaded() -
     through results.json's own round trip."""
     import json
 
-    from factories import make_run
+    from factories import make_run, perf_case
 
     from pytest_fabricqa import outage
     from pytest_fabricqa.report.model import Case, case_from_dict, case_to_dict
@@ -254,5 +254,19 @@ def test_a_failover_case_gets_its_hosts_iops_over_time_with_the_fault_shaded() -
     assert "nvme-tcp-nvmet-failover-brief: every storage link down 2 s" in page
     svg = page[page.index('id="failover"') :]
     assert "paths down" in svg and "vnode1" in svg and "<svg" in svg
-    without = replace(case, extras={"failover": {"what": "x"}})
-    assert 'id="failover"' not in render_html(make_run(without)), "no series recorded: no chart, no section"
+    anchor = "failover-nvme-tcp-nvmet-failover-brief"
+    assert f'href="#{anchor}"' in svg and f'<figure id="{anchor}">' in svg
+    # No series recorded: no chart and no link to one; the case keeps its row in the section's summary.
+    without = render_html(make_run(replace(case, extras={"failover": {"what": "x"}})))
+    section = without[without.index('id="failover"') :]
+    assert "<figure" not in section and "<svg" not in section and 'href="#failover-' not in section
+    assert "<code>nvme-tcp-nvmet-failover-brief</code>" in section
+    assert 'id="failover"' not in render_html(make_run(perf_case())), "no failover case, no section"
+
+
+def test_the_samples_skipped_case_is_listed_with_the_reason_its_check_gives(page: str) -> None:
+    listing = page[page.index('<h3 id="skipped">Skipped, and why</h3>') : page.index('id="environment"')]
+    assert "<dt>Lab</dt>" in listing
+    reason = "MTU 9000 on the storage link: the lab does not ask for jumbo frames"  # the skipped check's own words
+    assert f"<code>prereq-mtu-el72h1</code>: {reason}" in listing
+    assert listing.count("<dd>") == 1
