@@ -76,6 +76,9 @@ class Row:
     """``total`` (the case), ``host`` (one host's share, under its total), ``reasons`` (why it failed) or
     ``info`` (what the figures stand on: queue settings, seeds, start spread; in ``reasons``)."""
     reasons: list[str] = field(default_factory=list)
+    case_id: str = ""
+    """The case a ``total`` row stands for (the row's ``data-case``): what ties it to the case in results.json, the
+    terminal summary and JUnit."""
 
 
 @dataclass
@@ -502,6 +505,7 @@ def _protocol_section(run: Run, protocol: str, chart_ids: list[int]) -> Protocol
                     host=f"{len(case.hosts)} hosts" if several else (next(iter(case.hosts), "")),
                     cells=_cells(case.figures, metrics),
                     verdict=case.verdict,
+                    case_id=case.case_id,
                 )
             )
             if several:

@@ -8,8 +8,10 @@ inner tests scales some figures between runs, to stage a regression against the 
 from __future__ import annotations
 
 import html
+import html.parser
 import json
 import platform
+import re
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from pathlib import Path
@@ -621,3 +623,67 @@ def test_a_user_suite_gets_a_gated_reported_case(pytester: pytest.Pytester, min_
 
 def run_kernels(pytester: pytest.Pytester) -> dict[str, str]:
     return load_json(pytester.path / "fabricqa-report" / "results.json").environment.kernels
+
+
+class _FigureRows(html.parser.HTMLParser):
+    """The performance tables' case rows of a report: ``data-case`` -> the row's cell texts (issue 33, item 5)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: dict[str, list[str]] = {}
+        self._case: str | None = None
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "tr":
+            self._case = dict(attrs).get("data-case") or None
+            if self._case:
+                self.rows[self._case] = []
+        elif tag == "td" and self._case:
+            self._cell = []
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "td" and self._case and self._cell is not None:
+            self.rows[self._case].append("".join(self._cell).strip())
+            self._cell = None
+        elif tag == "tr":
+            self._case = None
+
+
+def test_the_terminal_the_html_report_and_junit_show_the_same_figures_for_each_case(pytester: pytest.Pytester) -> None:
+    """One run, four places: results.json's figures, the terminal summary's row, the HTML table's row of the case
+    and its JUnit properties agree on IOPS, MB/s and p99 for every performance case (the same rounding in the two
+    human views; JUnit to 3 decimals)."""
+    from pytest_fabricqa.report.formatting import format_figure
+    from pytest_fabricqa.report.terminal import workload_label
+
+    _setup(pytester)
+    result = _run(pytester)
+    result.assert_outcomes(passed=4)
+    report_dir = pytester.path / "fabricqa-report"
+    run = load_json(report_dir / "results.json")
+    terminal = result.stdout.lines
+    parser = _FigureRows()
+    parser.feed((report_dir / "report.html").read_text())
+    junit = {props["fabricqa_case_id"]: props for props in _junit_properties(report_dir / "junit.xml").values()}
+    perf = [c for c in run.cases if c.suite == "performance" and c.workload is not None]
+    assert perf
+    metrics = ("iops", "mbps", "lat_p99_us")
+    assert any("lat_p99_us" not in c.figures for c in perf)  # a figure the run lacks: a dash in each view
+    for case in perf:
+        shown = {m: format_figure(m, case.figures[m]) for m in metrics if m in case.figures}
+        # protocol, target, the workload, then the figures: a label is a prefix of another ("... qd16 2 hosts")
+        row_re = re.compile(rf"^  \S+\s+\S+\s+{re.escape(workload_label(case))}\s{{2,}}")
+        row = next(line.split() for line in terminal if row_re.match(line))
+        assert row[-4:-1] == [shown.get(m, "-") for m in metrics], (case.case_id, row)
+        cells = parser.rows[case.case_id]
+        at = [cells.index(shown[m]) for m in metrics if m in shown]
+        assert at == sorted(at), (case.case_id, cells)
+        if "lat_p99_us" not in shown:
+            assert cells[at[-1] + 1 :].count("–") >= 1
+        for metric in shown:
+            assert float(junit[case.case_id][metric]) == pytest.approx(round(case.figures[metric], 3), abs=0.0005)
