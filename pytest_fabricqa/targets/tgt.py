@@ -180,7 +180,10 @@ class TgtTarget(ConfigfsTarget):
 
     def lld_states(self) -> dict[str, str] | None:
         """Each tgtd driver's state, or None when no tgtd answers."""
-        result = self._adm("--mode", "sys", "--op", "show")
+        return self._lld_states(self._adm("--mode", "sys", "--op", "show"))
+
+    @staticmethod
+    def _lld_states(result: CommandResult) -> dict[str, str] | None:
         return parse_lld_states(result.stdout) if result.ok else None
 
     # -- provision ------------------------------------------------------------------------------------------
@@ -195,7 +198,15 @@ class TgtTarget(ConfigfsTarget):
         undo.push(f"remove {self.state_file}", self._remove_state_if_clean)
         if self.settings.daemon == "start":
             self._start_daemon(plan, undo)
-        states = self.lld_states()
+        answer = self._adm("--mode", "sys", "--op", "show")
+        states = self._lld_states(answer)
+        if states is None and answer.exit_code == COMMAND_NOT_FOUND:
+            # Not "tgtd is not running": starting it would not help (issue 28).
+            raise self._fail(
+                f"tgtadm is not installed ({command_tail(CommandError(answer))})",
+                "install Debian's tgt (apt-get install tgt) on the target host, or serve the protocol with another "
+                "target kind",
+            )
         if states is None:
             raise self._fail(
                 f"tgtd is not running (no answer on control port {self.settings.control_port})",

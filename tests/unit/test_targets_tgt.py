@@ -414,6 +414,19 @@ def test_tgtd_missing_or_without_iser_is_one_line(tmp_path: Path) -> None:
         _target(lab, host).provision("iscsi", UndoStack())
 
 
+def test_tgtadm_not_installed_is_said_so_not_tgtd_not_running(tmp_path: Path) -> None:
+    """With the system's tgtd (daemon: system) and no tgt on the host, tgtadm's 127 read as "tgtd is not running"
+    and sent the user to start a daemon that is not there (issue 28)."""
+    host = FakeTgtd()
+    host.installed = False
+    with pytest.raises(ProvisionError) as info:
+        _target(_lab(tmp_path), host).provision("iscsi", UndoStack())
+    assert str(info.value) == (
+        "vstor: tgtadm is not installed (bash: line 1: tgtadm: command not found); install Debian's tgt (apt-get "
+        "install tgt) on the target host, or serve the protocol with another target kind"
+    )
+
+
 def test_iser_creates_the_target_with_the_iser_driver(tmp_path: Path) -> None:
     host = FakeTgtd()
     export = _target(_lab(tmp_path), host).provision("iser", UndoStack())
