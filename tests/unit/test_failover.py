@@ -302,3 +302,20 @@ def test_the_parity_rule_fires_and_names_both_paths() -> None:
     ]
     assert imbalance_violations(paths, Thresholds(max_path_imbalance_pct=15), host="vnode1") == []
     assert imbalance_violations(paths, Thresholds(), host="vnode1") == []
+
+
+def test_the_virtual_labs_parity_limit_fails_a_path_that_carries_next_to_nothing_and_passes_what_it_measured() -> None:
+    """labs/vlab.yaml sets path-parity's limit (none was set, so the parity case could not fail in CI; issue 29):
+    a path reading a twentieth of the other fails it on every protocol; the widest spread a full run measured
+    (47.9%, nvme-rdma on nvmet) passes."""
+    from pytest_fabricqa.lab import load_lab
+    from pytest_fabricqa.parity import PARITY
+    from pytest_fabricqa.thresholds import thresholds_for
+
+    lab = load_lab(Path(__file__).parent.parent.parent / "labs" / "vlab.yaml")
+    for protocol in lab.protocols:
+        limits = thresholds_for(lab.thresholds_table(), protocol, PARITY)
+        assert limits.max_path_imbalance_pct is not None, protocol
+        dead = imbalance_violations({"10.10.10.19": 1000.0, "10.10.20.19": 50.0}, limits, host="vnode1")
+        assert len(dead) == 1 and "95" in dead[0], (protocol, dead)
+        assert imbalance_violations({"10.10.10.19": 1000.0, "10.10.20.19": 521.0}, limits, host="vnode1") == []

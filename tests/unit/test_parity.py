@@ -137,7 +137,10 @@ def test_the_path_counts_script_reads_each_path_of_the_head(tmp_path: Path) -> N
 def test_the_parity_limit_is_a_threshold_key_a_lab_may_set(tmp_path: Path) -> None:
     text = (Path(__file__).parents[2] / "labs" / "vlab.yaml").read_text()
     path = tmp_path / "lab.yaml"
-    path.write_text(text.replace('  "*":\n', '  "*":\n    path-parity: {max_path_imbalance_pct: 10}\n', 1))
+    assert "path-parity: {max_path_imbalance_pct: 90}" in text
+    path.write_text(
+        text.replace("path-parity: {max_path_imbalance_pct: 90}", "path-parity: {max_path_imbalance_pct: 10}")
+    )
     from pytest_fabricqa.thresholds import thresholds_for
 
     lab: Any = load_lab(path)
