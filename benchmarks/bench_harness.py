@@ -15,7 +15,7 @@ against a bare fio run on the same devices.
 It prints figures; it asserts nothing (machines here are shared and noisy). Aim: overhead < 2 s per point,
 IOPS ratio >= 0.98.
 
-4. Per point through the package's own point runner (:func:`pytest_fabricqa.measure.run_point`, what the suite
+4. Per point through the package's own point runner (:func:`pytest_fabricqa.measure.point.run_point`, what the suite
    calls), every host wrapped in a counting transport: the commands a point costs and the sequential round trips
    (aim: the fio run plus at most one other), and the wall time of a point without time-series logging, with it,
    and with 2 samples, interleaved so drift hits all three alike (aim: logging adds < 2%).
@@ -67,12 +67,12 @@ def _plugin_run(lab: str, protocol: str, runtime: int, report: Path) -> tuple[fl
 
 
 def _bare_run(lab_name: str, protocol: str, runtime: int) -> dict[str, tuple[float, float]]:
+    from pytest_fabricqa.core.workloads import case_id
+    from pytest_fabricqa.fabric.provision import connect_fabric
     from pytest_fabricqa.fio import figures, fio_argv, parse_fio_output
-    from pytest_fabricqa.lab import load_lab, resolve_lab_path
+    from pytest_fabricqa.lab.load import load_lab, resolve_lab_path
     from pytest_fabricqa.plugin import _workloads
-    from pytest_fabricqa.provision import connect_fabric
-    from pytest_fabricqa.session import LabSession
-    from pytest_fabricqa.workloads import case_id
+    from pytest_fabricqa.plugin.session import LabSession
 
     path = resolve_lab_path(lab_name, ROOT)
     lab = load_lab(path)
@@ -101,8 +101,8 @@ def _point_costs(
     controller: Any, target: Any, jobs: list[Any], workload: Any, repeat: int, log: list[Any]
 ) -> dict[str, Any]:
     """Commands, round trips and wall time per point: plain, with time-series logging, with 2 samples."""
-    from pytest_fabricqa.measure import MeasurePlan, SeriesPlan, run_point
-    from pytest_fabricqa.spread import SamplingPlan
+    from pytest_fabricqa.measure.point import MeasurePlan, SeriesPlan, run_point
+    from pytest_fabricqa.measure.spread import SamplingPlan
     from pytest_fabricqa.transport.counting import round_trips
 
     plans = {
@@ -136,10 +136,10 @@ def _print_costs(title: str, fio_s: float, costs: dict[str, Any]) -> None:
 
 def _local(runtime: int, repeat: int) -> None:
     """Step 4 on this machine: two loopback fio servers, files in /var/tmp."""
+    from pytest_fabricqa.core.workloads import make_workload
     from pytest_fabricqa.fio import FioServer, server_argv, server_stop_argv
     from pytest_fabricqa.transport.counting import CountingHost
     from pytest_fabricqa.transport.local import LocalHost
-    from pytest_fabricqa.workloads import make_workload
 
     folder = Path(tempfile.mkdtemp(prefix="fabricqa-bench-", dir="/var/tmp"))
     servers: list[tuple[FioServer, str]] = []
@@ -171,11 +171,11 @@ def _local(runtime: int, repeat: int) -> None:
 
 def _lab_costs(lab_name: str, protocol: str, runtime: int, repeat: int) -> None:
     """Step 4 on a lab: the first read workload through the fabric, from every initiator."""
+    from pytest_fabricqa.fabric.provision import connect_fabric
     from pytest_fabricqa.fio import FioServer, server_argv, server_stop_argv
-    from pytest_fabricqa.lab import load_lab, resolve_lab_path
+    from pytest_fabricqa.lab.load import load_lab, resolve_lab_path
     from pytest_fabricqa.plugin import _workloads
-    from pytest_fabricqa.provision import connect_fabric
-    from pytest_fabricqa.session import LabSession
+    from pytest_fabricqa.plugin.session import LabSession
     from pytest_fabricqa.transport.counting import CountingHost
 
     path = resolve_lab_path(lab_name, ROOT)
@@ -224,7 +224,7 @@ def main() -> int:
     if args.local:
         _local(args.runtime, args.repeat)
         return 0
-    from pytest_fabricqa.lab import load_lab, resolve_lab_path
+    from pytest_fabricqa.lab.load import load_lab, resolve_lab_path
     from pytest_fabricqa.plugin import _workloads
 
     path = resolve_lab_path(args.lab, ROOT)

@@ -21,8 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_fabricqa.lab import load_lab, resolve_lab_path  # noqa: E402
-from pytest_fabricqa.session import LabSession  # noqa: E402
+from pytest_fabricqa.lab.load import load_lab, resolve_lab_path  # noqa: E402
+from pytest_fabricqa.plugin.session import LabSession  # noqa: E402
 from pytest_fabricqa.transport.ssh import SSHHost  # noqa: E402
 
 

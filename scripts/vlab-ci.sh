@@ -56,6 +56,10 @@ esac
 bash scripts/install.sh
 stamp "install done"
 
+# The package's layers (.importlinter: each package imports only those below it, targets and initiators never each
+# other, pytest only on the pytest side, the report never a host), checked first: it takes a second.
+lint-imports
+
 # The plugin's own tests that need no virtual lab (unit, pytester, real sshd on loopback) run beside the lab's jobs:
 # the three TCG guests keep this 2-core machine about two-thirds busy (they wait on SSH round trips more than they
 # compute), so this half costs the lab's jobs little.

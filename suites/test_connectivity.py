@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from pytest_fabricqa.fanout import each
+from pytest_fabricqa.core.protocols import protocol as protocol_spec
+from pytest_fabricqa.fabric.provision import Fabric, FabricDevice, leftovers
 from pytest_fabricqa.fio.parse import FioOutputError, parse_fio_output
 from pytest_fabricqa.initiators import dm, iscsi, nvme
 from pytest_fabricqa.initiators.connect import path_problems
 from pytest_fabricqa.initiators.paths import path_settings_case, path_settings_problems, read_everywhere
 from pytest_fabricqa.initiators.wwid import read_wwids, wwid_problems
-from pytest_fabricqa.lab import LabModel
-from pytest_fabricqa.protocols import protocol as protocol_spec
-from pytest_fabricqa.provision import Fabric, FabricDevice, leftovers
+from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.transport.base import Host
+from pytest_fabricqa.transport.fanout import each
 
 pytestmark = pytest.mark.loads_target
 

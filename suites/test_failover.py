@@ -39,19 +39,20 @@ from typing import Any
 
 import pytest
 
-from pytest_fabricqa import faults, parity
-from pytest_fabricqa import integrity as ig
-from pytest_fabricqa import outage as og
-from pytest_fabricqa.failover import ALUA, ANA, BRIEF, LONG, ONE_PATH, OUTAGES, PORT
+from pytest_fabricqa.core.cases import ALUA, ANA, BRIEF, LONG, ONE_PATH, OUTAGES, PORT
+from pytest_fabricqa.core.protocols import protocol as protocol_spec
+from pytest_fabricqa.core.undo import UndoStack
+from pytest_fabricqa.fabric.provision import Fabric
+from pytest_fabricqa.failover import outage as og
+from pytest_fabricqa.failover import parity
+from pytest_fabricqa.faults import inject as faults
 from pytest_fabricqa.fio.verify import Region
-from pytest_fabricqa.lab import LabModel, TargetModel
-from pytest_fabricqa.protocols import protocol as protocol_spec
-from pytest_fabricqa.provision import Fabric
+from pytest_fabricqa.integrity import checks as ig
+from pytest_fabricqa.lab.model import LabModel, TargetModel
+from pytest_fabricqa.lab.thresholds import Thresholds, thresholds_for
 from pytest_fabricqa.report import model as rm
-from pytest_fabricqa.targets.base import UndoStack
-from pytest_fabricqa.thresholds import Thresholds, thresholds_for
+from pytest_fabricqa.safety.guard import WriteGuard
 from pytest_fabricqa.transport.base import Host
-from pytest_fabricqa.verdict import WriteGuard
 
 pytestmark = [pytest.mark.loads_target, pytest.mark.fabricqa_failover]
 

@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 
-from pytest_fabricqa import integrity as ig
-from pytest_fabricqa.lab import LabModel
-from pytest_fabricqa.protocols import protocol as protocol_spec
-from pytest_fabricqa.provision import Fabric
-from pytest_fabricqa.reservations import driver_for, fencing, reservation_case, unsupported
-from pytest_fabricqa.targets.base import UndoStack
+from pytest_fabricqa.core.protocols import protocol as protocol_spec
+from pytest_fabricqa.core.undo import UndoStack
+from pytest_fabricqa.fabric.provision import Fabric
+from pytest_fabricqa.integrity import checks as ig
+from pytest_fabricqa.integrity.reservations import driver_for, fencing, reservation_case, unsupported
+from pytest_fabricqa.lab.model import LabModel
+from pytest_fabricqa.safety.guard import WriteGuard
 from pytest_fabricqa.transport.base import Host
-from pytest_fabricqa.verdict import WriteGuard
 
 pytestmark = [pytest.mark.loads_target, pytest.mark.fabricqa_integrity]
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from pytest_fabricqa.lab import LabModel
+from pytest_fabricqa.lab.database import OracleSettings
+from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.oracle.health import check_asm_health
-from pytest_fabricqa.oracle.settings import OracleSettings
 from pytest_fabricqa.transport.base import Host
 
 pytestmark = pytest.mark.oracle_live

@@ -19,16 +19,17 @@ from typing import Any
 
 import pytest
 
+from pytest_fabricqa.core.scaling import efficiency_violations, scaling_points, subsets
+from pytest_fabricqa.core.workloads import Workload, case_id
+from pytest_fabricqa.fabric.provision import Fabric
 from pytest_fabricqa.fio import FioServer, figures, run_fio, start_offsets
-from pytest_fabricqa.lab import LabModel, TargetModel
-from pytest_fabricqa.measure import MeasurePlan, Point, point_problems, run_point, write_logs
-from pytest_fabricqa.provision import Fabric
+from pytest_fabricqa.lab.model import LabModel, TargetModel
+from pytest_fabricqa.lab.thresholds import fabric_efficiency, link_utilisation, thresholds_for
+from pytest_fabricqa.measure.point import MeasurePlan, Point, point_problems, run_point, write_logs
+from pytest_fabricqa.measure.verdict import performance_case
 from pytest_fabricqa.report import model as rm
-from pytest_fabricqa.scaling import efficiency_violations, scaling_points, subsets
-from pytest_fabricqa.thresholds import fabric_efficiency, link_utilisation, thresholds_for
+from pytest_fabricqa.safety.guard import WriteGuard
 from pytest_fabricqa.transport.base import Host
-from pytest_fabricqa.verdict import WriteGuard, performance_case
-from pytest_fabricqa.workloads import Workload, case_id
 
 pytestmark = pytest.mark.loads_target
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from pytest_fabricqa.lab import LabModel, TargetModel
-from pytest_fabricqa.prereq import (
+from pytest_fabricqa.core.protocols import protocol as protocol_spec
+from pytest_fabricqa.fabric.prereq import (
     DAEMON_SCRIPT,
     MODULES_SCRIPT,
     daemon_problem,
@@ -22,7 +22,7 @@ from pytest_fabricqa.prereq import (
     rdma_problem,
     target_daemon,
 )
-from pytest_fabricqa.protocols import protocol as protocol_spec
+from pytest_fabricqa.lab.model import LabModel, TargetModel
 from pytest_fabricqa.transport.base import Host
 
 KERNEL_FEATURE = {

@@ -11,8 +11,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from pytest_fabricqa.core.workloads import Workload, make_workload
 from pytest_fabricqa.report.model import Case, Run
-from pytest_fabricqa.workloads import Workload, make_workload
 
 T0 = datetime(2024, 5, 1, 8, 0, tzinfo=UTC)
 """When a factory's run started unless told otherwise."""
@@ -20,7 +20,7 @@ T0 = datetime(2024, 5, 1, 8, 0, tzinfo=UTC)
 
 def workload(name: str, **options: Any) -> Workload:
     """The workload named ``rw-bs-qdN-jN`` in the matrix's scheme (``randread-8k-qd32-j4``); ``options`` such
-    as ``runtime`` and ``ramp_time`` go to :func:`~pytest_fabricqa.workloads.make_workload`."""
+    as ``runtime`` and ``ramp_time`` go to :func:`~pytest_fabricqa.core.workloads.make_workload`."""
     rw, bs, qd, jobs = name.split("-")
     return make_workload(rw, bs, iodepth=int(qd.removeprefix("qd")), numjobs=int(jobs.removeprefix("j")), **options)
 

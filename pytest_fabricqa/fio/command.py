@@ -29,10 +29,10 @@ import posixpath
 import re
 from collections.abc import Sequence
 
+from pytest_fabricqa.core.workloads import Workload
 from pytest_fabricqa.fio.model import ClientServerResult, FioResult, FioServer
 from pytest_fabricqa.fio.parse import fio_messages, parse_client_server, parse_fio_output, split_output
 from pytest_fabricqa.transport.base import CommandError, CommandResult, Host
-from pytest_fabricqa.workloads import Workload
 
 # json+ adds the latency histograms; with them, percentiles of several jobs or hosts combine exactly.
 DEFAULT_OUTPUT_FORMAT = "json+"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
+from pytest_fabricqa.core.metrics import CORE_METRICS
 from pytest_fabricqa.fio.model import ClientServerResult, FioResult
-from pytest_fabricqa.metrics import CORE_METRICS
 
 # Every figure name figures() may return: the vocabulary's core metrics, so the results file, the report's columns
 # and the threshold keys share one list.

@@ -28,11 +28,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from pytest_fabricqa.errors import FabricQAError
+from pytest_fabricqa.core.errors import FabricQAError
 from pytest_fabricqa.fio.model import LatencyHistogram
+from pytest_fabricqa.report.series import DEFAULT_LOG_MSEC, TimeSeries, Window
 
 # fio's stat.h: FIO_IO_U_PLAT_BITS 6, FIO_IO_U_PLAT_VAL 64, FIO_IO_U_PLAT_GROUP_NR 29.
 PLAT_BITS = 6
@@ -40,7 +41,6 @@ PLAT_VAL = 1 << PLAT_BITS
 PLAT_GROUPS = 29
 PLAT_BINS = PLAT_GROUPS * PLAT_VAL  # 1856
 
-DEFAULT_LOG_MSEC = 1000
 # The percentiles a time series keeps per window.
 SERIES_PERCENTILES: tuple[float, ...] = (50.0, 99.0)
 
@@ -181,71 +181,6 @@ def window_counts(records: Sequence[HistRecord], *, through_client: bool) -> tup
 def histogram_of(counts: Sequence[int]) -> LatencyHistogram:
     """A window's bins as a :class:`LatencyHistogram` keyed by latency in ns (as json+ keys its bins)."""
     return LatencyHistogram(tuple((plat_idx_to_val(i), c) for i, c in enumerate(counts) if c))
-
-
-@dataclass(frozen=True)
-class Window:
-    """One interval of a series: ``t_s`` is its end in seconds since the job started."""
-
-    t_s: float
-    iops: float | None = None
-    lat_mean_us: float | None = None
-    p50_us: float | None = None
-    p99_us: float | None = None
-    ios: int = 0
-
-
-@dataclass(frozen=True)
-class TimeSeries:
-    """Per-host windows and the cluster's (IOPS summed, percentiles from the hosts' summed bins)."""
-
-    interval_ms: int
-    hosts: dict[str, tuple[Window, ...]]
-    cluster: tuple[Window, ...]
-    notes: tuple[str, ...] = ()
-    files: tuple[str, ...] = field(default=())
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form for a case's extras (``extras["timeseries"]``)."""
-
-        def rows(windows: Sequence[Window]) -> list[dict[str, float | int | None]]:
-            return [
-                {"t_s": w.t_s, "iops": w.iops, "lat_mean_us": w.lat_mean_us, "p50_us": w.p50_us, "p99_us": w.p99_us,
-                 "ios": w.ios}
-                for w in windows
-            ]  # fmt: skip
-
-        return {
-            "interval_ms": self.interval_ms,
-            "hosts": {host: rows(ws) for host, ws in self.hosts.items()},
-            "cluster": rows(self.cluster),
-            "notes": list(self.notes),
-            "files": list(self.files),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TimeSeries:
-        """Read :meth:`to_dict`'s form back (ValueError on a malformed one)."""
-
-        def windows(items: Any) -> tuple[Window, ...]:
-            if not isinstance(items, list):
-                raise ValueError("time series windows must be a list")
-            return tuple(
-                Window(float(i["t_s"]), i.get("iops"), i.get("lat_mean_us"), i.get("p50_us"), i.get("p99_us"),
-                       int(i.get("ios", 0)))
-                for i in items
-            )  # fmt: skip
-
-        hosts = data.get("hosts") or {}
-        if not isinstance(hosts, Mapping):
-            raise ValueError("time series hosts must be an object")
-        return cls(
-            int(data.get("interval_ms", DEFAULT_LOG_MSEC)),
-            {str(h): windows(w) for h, w in hosts.items()},
-            windows(data.get("cluster", [])),
-            tuple(str(n) for n in data.get("notes", [])),
-            tuple(str(f) for f in data.get("files", [])),
-        )
 
 
 def _slot(time_ms: int, interval_ms: int) -> int:

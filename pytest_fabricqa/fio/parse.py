@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from pytest_fabricqa.errors import FabricQAError
+from pytest_fabricqa.core.errors import FabricQAError
 from pytest_fabricqa.fio.model import (
     DIRECTIONS,
     ClientServerResult,

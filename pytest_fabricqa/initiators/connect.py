@@ -9,16 +9,16 @@ start and the leftovers gate at the end.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 
+from pytest_fabricqa.core.commands import command_tail
+from pytest_fabricqa.core.export import Export
+from pytest_fabricqa.core.protocols import protocol as protocol_spec
+from pytest_fabricqa.core.undo import ProvisionError, UndoStack
 from pytest_fabricqa.initiators import dm, iscsi, nvme, portal_reachable
-from pytest_fabricqa.lab import DM_CONF_MARK, LabModel, TargetModel
-from pytest_fabricqa.protocols import protocol as protocol_spec
-from pytest_fabricqa.queues import iscsi_node_updates
-from pytest_fabricqa.targets.base import Export, ProvisionError, UndoStack, command_tail
+from pytest_fabricqa.lab.model import LabModel, TargetModel, iface_name
 from pytest_fabricqa.transport.base import CommandError, Host
 
 DEVICE_TIMEOUT_S = 60.0
@@ -183,11 +183,6 @@ def _set_iopolicy(host: Host, nqn: str, policy: str) -> None:
         ) from None
 
 
-def iface_name(model: TargetModel, transport: str) -> str:
-    """The open-iscsi iface record this plugin creates for a target and transport (its mark on the initiator)."""
-    return f"{model.name_prefix}_{transport}"
-
-
 def connect_iscsi(lab: LabModel, model: TargetModel, export: Export, host: Host, undo: UndoStack) -> Connected:
     """Log in over every portal of ``export`` (one session per path). Over several, each LUN is one disk per
     session, and the device used is the dm-multipath map multipathd made of them (:mod:`.dm`)."""
@@ -238,7 +233,7 @@ def connect_iscsi(lab: LabModel, model: TargetModel, export: Export, host: Host,
         "node.session.cmds_max": model.iscsi.cmds_max if model.iscsi else None,
     }
     for portal in portals:
-        for argv in iscsi_node_updates(iqn, portal, iface, settings):
+        for argv in iscsi.node_updates(iqn, portal, iface, settings):
             try:
                 host.run(argv)
             except CommandError as exc:
@@ -253,10 +248,11 @@ def connect_iscsi(lab: LabModel, model: TargetModel, export: Export, host: Host,
     if multipath and conf:
         # Before the logins, so that the maps are made with it; removed after the logouts (pushed first).
         undo.push(
-            f"remove {dm.conf_path(model.name_prefix)}", partial(dm.remove_conf, host, model.name_prefix, DM_CONF_MARK)
+            f"remove {dm.conf_path(model.name_prefix)}",
+            partial(dm.remove_conf, host, model.name_prefix, dm.DM_CONF_MARK),
         )
         try:
-            dm.write_conf(host, model.name_prefix, conf.text(model.name_prefix), DM_CONF_MARK)
+            dm.write_conf(host, model.name_prefix, dm.conf_text(conf, model.name_prefix), dm.DM_CONF_MARK)
         except CommandError as exc:
             raise ProvisionError(
                 host.name,
@@ -367,17 +363,13 @@ def path_problems(
 # -- what this plugin left on an initiator ----------------------------------------------------------------------
 
 
-def _nqns(targets: Iterable[TargetModel]) -> set[str]:
+def _nqns(targets: Iterable[TargetModel], saved: Mapping[str, Iterable[str]]) -> set[str]:
     nqns = set()
     for target in targets:
         if target.nvme is None:
             continue
         nqns |= {s.nqn for s in target.nvme.subsystems}
-        if target.nvme.saved_config is not None:
-            from pytest_fabricqa.targets.nvmet import SavedConfigError, load_saved_config
-
-            with contextlib.suppress(SavedConfigError):  # a broken file fails loudly in provision, not here
-                nqns |= {s.nqn for s in load_saved_config(target.nvme.saved_config, target).subsystems}
+        nqns |= set(saved.get(target.name, ()))
     return nqns
 
 
@@ -390,14 +382,21 @@ def _ifaces(targets: Iterable[TargetModel]) -> set[str]:
 
 
 def initiator_objects(
-    lab: LabModel, host: Host, *, target_host: str | None = None
+    lab: LabModel,
+    host: Host,
+    *,
+    target_host: str | None = None,
+    saved_nqns: Mapping[str, Iterable[str]] | None = None,
 ) -> list[tuple[str, Callable[[], None]]]:
     """What this plugin may have left on one initiator: (sentence, undo action).
+
+    ``saved_nqns``: by target name, the NQNs a target exports beyond those the lab file lists (an nvmet target's
+    saved nvmetcli configuration). The target side reads them; an initiator knows a portal, not how it was made.
 
     Without ``target_host``: what any target of the lab may have left (NVMe controllers to its NQNs, iSCSI
     sessions and node records of its IQNs, our iface records): the session-end leftovers gate.
 
-    With ``target_host`` (a target's :attr:`~pytest_fabricqa.lab.TargetModel.place`: its host, or an external
+    With ``target_host`` (a target's :attr:`~pytest_fabricqa.lab.model.TargetModel.place`: its host, or an external
     array's address): only what belongs to the targets there, for the clean-up before connecting one of them.
     Under xdist a fabric of another target host may be live in another worker on this very initiator, and its
     controllers, sessions, records and iface look exactly like a killed run's. A name that a target elsewhere
@@ -407,12 +406,13 @@ def initiator_objects(
     gate still names such an object, and connect's "already connected, not by this run" guard stops a connect to
     it with the command that removes it.
     """
+    saved = saved_nqns or {}
     if target_host is None:
-        nqns, iqns, ifaces = _nqns(lab.targets), _iqns(lab.targets), _ifaces(lab.targets)
+        nqns, iqns, ifaces = _nqns(lab.targets, saved), _iqns(lab.targets), _ifaces(lab.targets)
     else:
         here = [t for t in lab.targets if t.place == target_host]
         elsewhere = [t for t in lab.targets if t.place != target_host]
-        nqns = _nqns(here) - _nqns(elsewhere)
+        nqns = _nqns(here, saved) - _nqns(elsewhere, saved)
         iqns = _iqns(here) - _iqns(elsewhere)
         ifaces = _ifaces(here) - _ifaces(elsewhere)
     found: list[tuple[str, Callable[[], None]]] = []
@@ -455,11 +455,11 @@ def initiator_objects(
         if target_host is not None:  # a prefix shared with a target elsewhere may be that live fabric's
             prefixes -= {t.name_prefix for t in scsi if t.place != target_host}
         for prefix in sorted(prefixes):
-            if dm.has_conf(host, prefix, DM_CONF_MARK):
+            if dm.has_conf(host, prefix, dm.DM_CONF_MARK):
                 found.append(
                     (
                         f"{host.name}: multipath configuration {dm.conf_path(prefix)} (the lab's dm_conf) still there",
-                        partial(dm.remove_conf, host, prefix, DM_CONF_MARK),
+                        partial(dm.remove_conf, host, prefix, dm.DM_CONF_MARK),
                     )
                 )
     return found

@@ -16,8 +16,9 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from pytest_fabricqa.fanout import each
+from pytest_fabricqa.lab.model import DmConf
 from pytest_fabricqa.transport.base import CommandError, Host
+from pytest_fabricqa.transport.fanout import each
 
 WWIDS_FILE = "/etc/multipath/wwids"
 CONF_DIR = "/etc/multipath/conf.d"
@@ -296,3 +297,17 @@ def has_conf(host: Host, name_prefix: str, mark: str, conf_dir: str = CONF_DIR) 
 def remove_conf(host: Host, name_prefix: str, mark: str, conf_dir: str = CONF_DIR) -> None:
     """Remove our configuration file for ``name_prefix`` (idempotent; a file without our mark stays)."""
     host.run(["sh", "-c", REMOVE_CONF, "sh", conf_path(name_prefix, conf_dir), mark])
+
+
+DM_CONF_MARK = "written by pytest-fabricqa"
+"""The first line of the multipath configuration file this plugin writes says so: the file is ours to remove."""
+
+
+def conf_text(conf: DmConf, name_prefix: str) -> str:
+    """The lab's ``multipath.dm_conf`` as the file's text: a mark line naming the writer, then each section with
+    its keywords."""
+    lines = [f"# {DM_CONF_MARK} (name_prefix {name_prefix}): removed when its fabric is torn down"]
+    for section, values in (("defaults", conf.defaults), ("overrides", conf.overrides)):
+        if values:
+            lines += [f"{section} {{", *(f"\t{k} {v}" for k, v in values.items()), "}"]
+    return "\n".join(lines) + "\n"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pytest_fabricqa.transport.base import CommandError, Host
@@ -260,3 +261,13 @@ def wait_for_lun_paths(
         if all(len(found.get(lun, [])) >= sessions for lun in luns) or time.monotonic() > deadline:
             return found
         time.sleep(0.5)
+
+
+def node_updates(iqn: str, portal: str, iface: str, settings: Mapping[str, int | None]) -> list[list[str]]:
+    """The ``iscsiadm -o update`` commands that give the node record the lab's settings before login
+    (``settings`` keyed by :data:`pytest_fabricqa.fabric.queues.ISCSI_KEYS`; None leaves open-iscsi's value)."""
+    return [
+        ["iscsiadm", "-m", "node", "-T", iqn, "-p", portal, "-I", iface, "-o", "update", "-n", key, "-v", str(value)]
+        for key, value in settings.items()
+        if value is not None
+    ]

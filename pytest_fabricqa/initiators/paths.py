@@ -3,7 +3,7 @@
 When a path goes away the initiator's kernel first holds I/O and tries to get the path back; after a timeout it
 fails the I/O instead, so that multipath (or Oracle ASM above it) can act. Those timeouts are per controller or
 per session, so they are read on every initiator for the fabric's own controllers and sessions, in one command
-(:data:`PATHS_SCRIPT`), and compared with the lab's ``multipath`` section (:class:`~pytest_fabricqa.lab.
+(:data:`PATHS_SCRIPT`), and compared with the lab's ``multipath`` section (:class:`~pytest_fabricqa.lab.model.
 MultipathSettings`; a key it does not give is not checked, but every value is read and recorded):
 
 - NVMe-oF: ``/sys/module/nvme_core/parameters/multipath`` (``Y``: the kernel's native multipath merges a
@@ -31,10 +31,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_fabricqa.fanout import each
-from pytest_fabricqa.lab import IscsiPathSettings, MultipathSettings, NvmePathSettings
+from pytest_fabricqa.lab.model import IscsiPathSettings, MultipathSettings, NvmePathSettings
 from pytest_fabricqa.report.model import Case, Check
 from pytest_fabricqa.transport.base import Host
+from pytest_fabricqa.transport.fanout import each
 
 SYSFS = "/sys"
 """Where the script reads; the unit tests run it on a folder of recorded values instead."""

@@ -5,14 +5,14 @@ Submodules import python-oracledb lazily, so importing this package never needs 
 
 from __future__ import annotations
 
-from pytest_fabricqa.oracle.health import HealthVerdict, Problem, Severity, check_asm_health
-from pytest_fabricqa.oracle.settings import (
+from pytest_fabricqa.lab.database import (
     AsmcmdSettings,
     CalibrateSettings,
     CalibrateThresholds,
     ConnectSettings,
     OracleSettings,
 )
+from pytest_fabricqa.oracle.health import HealthVerdict, Problem, Severity, check_asm_health
 
 __all__ = [
     "AsmcmdSettings",

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_fabricqa.errors import FabricQAError
-from pytest_fabricqa.oracle.settings import AsmcmdSettings
+from pytest_fabricqa.core.errors import FabricQAError
+from pytest_fabricqa.lab.database import AsmcmdSettings
 from pytest_fabricqa.transport.base import CommandError, Host
 
 Row = dict[str, object]

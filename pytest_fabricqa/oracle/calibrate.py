@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_fabricqa.errors import FabricQAError
-from pytest_fabricqa.oracle.settings import CalibrateThresholds
+from pytest_fabricqa.core.errors import FabricQAError
+from pytest_fabricqa.lab.database import CalibrateThresholds
 from pytest_fabricqa.oracle.sql import query
 
 PROCEDURE = "DBMS_RESOURCE_MANAGER.CALIBRATE_IO"

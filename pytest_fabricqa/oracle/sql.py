@@ -19,8 +19,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pytest_fabricqa.errors import UserError
-from pytest_fabricqa.oracle.settings import ConnectSettings
+from pytest_fabricqa.core.errors import UserError
+from pytest_fabricqa.lab.database import ConnectSettings
 
 Row = dict[str, object]
 

@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
-from pytest_fabricqa.errors import UserError
-from pytest_fabricqa.metrics import DEFAULT_TOLERANCES, HIGHER_IS_BETTER, METRICS
+from pytest_fabricqa.core.errors import UserError
+from pytest_fabricqa.core.metrics import DEFAULT_TOLERANCES, HIGHER_IS_BETTER, METRICS
 from pytest_fabricqa.report.formatting import format_figure
 from pytest_fabricqa.report.model import (
     Case,

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pytest_fabricqa.metrics import METRICS
+from pytest_fabricqa.core.metrics import METRICS
+from pytest_fabricqa.core.workloads import Workload
 from pytest_fabricqa.report.formatting import (
     format_figure,
     format_trend,
@@ -32,7 +33,6 @@ from pytest_fabricqa.report.model import (
     TargetInfo,
     load_json,
 )
-from pytest_fabricqa.workloads import Workload
 
 DEFAULT_METRICS: tuple[str, ...] = ("iops", "mbps")
 #: Named metric lists for ``--metrics``: ``latency-cpu`` is what seed 000 compared its targets by.

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from decimal import ROUND_HALF_UP, Decimal
 
-from pytest_fabricqa.metrics import BY_NAME
-from pytest_fabricqa.workloads import Workload
+from pytest_fabricqa.core.metrics import BY_NAME
+from pytest_fabricqa.core.workloads import Workload
 
 RW_LABELS: dict[str, str] = {
     "read": "sequential read",

@@ -18,13 +18,13 @@ import jinja2
 from markupsafe import Markup
 
 from pytest_fabricqa import __version__
-from pytest_fabricqa.fio.logs import TimeSeries, Window
-from pytest_fabricqa.metrics import BY_NAME, METRIC_LABELS
+from pytest_fabricqa.core.metrics import BY_NAME, METRIC_LABELS
+from pytest_fabricqa.core.scaling import DEFAULT_KNEE_GAIN_PCT, ScalingPoint, knee
 from pytest_fabricqa.report import charts
 from pytest_fabricqa.report.compare import METRIC_SETS, columns_from_run, compare_columns, render_html_table
 from pytest_fabricqa.report.formatting import format_figure, rw_label, size_bytes, workload_sort_key
 from pytest_fabricqa.report.model import Case, Integrity, Run, overall_verdict, write_atomic
-from pytest_fabricqa.scaling import DEFAULT_KNEE_GAIN_PCT, ScalingPoint, knee
+from pytest_fabricqa.report.series import TimeSeries, Window
 
 TEMPLATES = Path(__file__).parent / "templates"
 

@@ -21,9 +21,9 @@ from typing import Annotated, Any, Literal, cast, get_args
 
 from pydantic import Field, PlainSerializer, PlainValidator, Strict, TypeAdapter, ValidationError
 
-from pytest_fabricqa.errors import UserError
-from pytest_fabricqa.metrics import METRICS
-from pytest_fabricqa.workloads import Workload
+from pytest_fabricqa.core.errors import UserError
+from pytest_fabricqa.core.metrics import METRICS
+from pytest_fabricqa.core.workloads import Workload
 
 SCHEMA = "fabricqa-results/1"
 
@@ -97,7 +97,7 @@ class Mismatch:
 
 @dataclass(frozen=True)
 class Integrity:
-    """What an integrity case wrote and read back (:mod:`pytest_fabricqa.integrity`)."""
+    """What an integrity case wrote and read back (:mod:`pytest_fabricqa.integrity.checks`)."""
 
     bytes_written: int = 0
     bytes_verified: int = 0
@@ -140,7 +140,7 @@ class Case:
     hosts: dict[str, Figures] = field(default_factory=dict)
     """Figures per initiator host, for runs from several hosts at once."""
     thresholds: dict[str, Number] = field(default_factory=dict)
-    """Limits applied, by the lab's threshold keys (``min_iops``, ``max_p99_us``: :data:`pytest_fabricqa.metrics.THRESHOLD_KEYS`)."""
+    """Limits applied, by the lab's threshold keys (``min_iops``, ``max_p99_us``: :data:`pytest_fabricqa.core.metrics.THRESHOLD_KEYS`)."""
     violations: tuple[str, ...] = ()
     regression: RegressionInfo | None = None
     raw_fio_json: str | None = None
@@ -152,7 +152,7 @@ class Case:
     queues: Annotated[dict[str, dict[str, int]], WhenSet] = field(default_factory=dict)
     """The queue settings that shaped the figures, per host, as read from the hosts: open-iscsi's
     ``node.session.queue_depth``/``node.session.cmds_max`` and NVMe-oF's ``nr_io_queues``/``queue_size`` on the
-    initiators, LIO's ``default_cmdsn_depth`` on the target (:mod:`pytest_fabricqa.queues`)."""
+    initiators, LIO's ``default_cmdsn_depth`` on the target (:mod:`pytest_fabricqa.fabric.queues`)."""
     start_offsets_ms: Annotated[dict[str, Number], WhenSet] = field(default_factory=dict)
     """How long after the first host each host's fio jobs started, in ms (fio's ``job_start``, fio >= 3.36, on
     each host's own clock); empty when fio did not report it."""
@@ -236,7 +236,7 @@ class Run:
         protocol, named by its kind: the kind of ``target_kind`` that serves the case's protocol."""
         if case.target is not None or case.protocol is None or self.targets:
             return case.target
-        from pytest_fabricqa.targets import REGISTRY  # the targets package is heavier than this model
+        from pytest_fabricqa.core.kinds import REGISTRY  # the targets package is heavier than this model
 
         # "nvmet+lio" as the plugin wrote it; older hand-made files say "nvmet (NVMe-oF), scst (iSER)".
         words = dict.fromkeys(re.findall(r"[a-z]+", self.target_kind))

@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pytest_fabricqa.lab import LabModel, TargetModel
+from pytest_fabricqa.core.commands import command_tail
+from pytest_fabricqa.core.undo import ProvisionError
+from pytest_fabricqa.lab.model import LabModel, TargetModel
 from pytest_fabricqa.targets import remote
-from pytest_fabricqa.targets.base import ProvisionError, command_tail, target_index
+from pytest_fabricqa.targets.base import target_index
 from pytest_fabricqa.transport.base import CommandError, Host
 
 

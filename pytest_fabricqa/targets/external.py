@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pytest_fabricqa.lab import LabModel, TargetModel
-from pytest_fabricqa.protocols import protocol as protocol_spec
-from pytest_fabricqa.targets.base import Export, ExportedUnit, ProvisionError, UndoStack, target_index
+from pytest_fabricqa.core.export import Export, ExportedUnit
+from pytest_fabricqa.core.protocols import protocol as protocol_spec
+from pytest_fabricqa.core.undo import ProvisionError, UndoStack
+from pytest_fabricqa.lab.model import LabModel, TargetModel
+from pytest_fabricqa.targets.base import target_index
 from pytest_fabricqa.transport.base import Host
 
 

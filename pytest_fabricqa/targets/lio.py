@@ -4,7 +4,7 @@ and ALUA target port groups.
 One TPG per portal (``tpgt_1`` for the lab's first address, ``tpgt_2`` for the next, ...): each TPG's LUNs are
 target ports of their own in SCSI's terms, so with several paths every path of a LUN reports its own relative
 target port and its own ALUA target port group (``<name_prefix>_tpgt_N`` in the backstore's ``alua`` folder, all
-Active/Optimized until a fault changes one: :class:`pytest_fabricqa.faults.LioAluaChange`). The initiators'
+Active/Optimized until a fault changes one: :class:`pytest_fabricqa.faults.inject.LioAluaChange`). The initiators'
 dm-multipath (``prio alua``, ``group_by_prio``: multipath-tools' own settings for LIO-ORG devices) follows each
 path's ALUA state. One portal keeps LIO's default group, as targetcli leaves it.
 
@@ -27,18 +27,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from pytest_fabricqa.lab import LabModel, TargetModel, iqn_problem
-from pytest_fabricqa.protocols import protocol as protocol_spec
+from pytest_fabricqa.core.export import Export, ExportedUnit, portal_name
+from pytest_fabricqa.core.protocols import protocol as protocol_spec
+from pytest_fabricqa.core.undo import ProvisionError, UndoStack
+from pytest_fabricqa.lab.model import LabModel, TargetModel, iqn_problem
 from pytest_fabricqa.targets import remote
-from pytest_fabricqa.targets.base import (
-    Export,
-    ExportedUnit,
-    ProvisionError,
-    UndoStack,
-    mark_number,
-    portal_name,
-    target_index,
-)
+from pytest_fabricqa.targets.base import mark_number, target_index
 from pytest_fabricqa.targets.configfs import ConfigfsTarget
 from pytest_fabricqa.targets.scsi import unit_serial
 from pytest_fabricqa.transport.base import Host

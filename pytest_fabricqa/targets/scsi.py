@@ -11,9 +11,11 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from pytest_fabricqa.lab import LabModel, TargetModel, iqn_problem
-from pytest_fabricqa.protocols import protocol as protocol_spec
-from pytest_fabricqa.targets.base import Export, ExportedUnit, ProvisionError, portal_name, target_index
+from pytest_fabricqa.core.export import Export, ExportedUnit, portal_name
+from pytest_fabricqa.core.protocols import protocol as protocol_spec
+from pytest_fabricqa.core.undo import ProvisionError
+from pytest_fabricqa.lab.model import LabModel, TargetModel, iqn_problem
+from pytest_fabricqa.targets.base import target_index
 from pytest_fabricqa.transport.base import Host
 
 # SCST's vdisk keeps at most 20 characters of a unit serial (MAX_USN_LEN in scst_vdisk.c); tgt shows 36. One

@@ -23,9 +23,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from pytest_fabricqa.lab import LabModel, TargetModel, TgtSettings
-from pytest_fabricqa.targets import REGISTRY, remote
-from pytest_fabricqa.targets.base import Export, ProvisionError, UndoStack, command_tail, mark_number
+from pytest_fabricqa.core.commands import command_tail
+from pytest_fabricqa.core.export import Export
+from pytest_fabricqa.core.kinds import REGISTRY
+from pytest_fabricqa.core.undo import ProvisionError, UndoStack
+from pytest_fabricqa.lab.model import LabModel, TargetModel, TgtSettings
+from pytest_fabricqa.targets import remote
+from pytest_fabricqa.targets.base import mark_number
 from pytest_fabricqa.targets.configfs import ConfigfsTarget
 from pytest_fabricqa.targets.scsi import ScsiPlan, daemon_pid, plan_from_lab, unit_serial
 from pytest_fabricqa.transport.base import CommandError, CommandResult, Host

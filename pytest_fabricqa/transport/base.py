@@ -6,49 +6,13 @@ unquoted. Members (local, ssh) satisfy :class:`Host` structurally, without inher
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from pytest_fabricqa.errors import FabricQAError
+from pytest_fabricqa.core.commands import STDERR_TAIL_LINES, CommandError, CommandResult, command_tail
+from pytest_fabricqa.core.errors import FabricQAError
 
-STDERR_TAIL_LINES = 8
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """What one command did on one host."""
-
-    host: str
-    argv: tuple[str, ...]
-    exit_code: int
-    stdout: str
-    stderr: str
-
-    @property
-    def ok(self) -> bool:
-        """True when the command exited 0."""
-        return self.exit_code == 0
-
-    @property
-    def command(self) -> str:
-        """The command as a shell would read it (quoted once)."""
-        return shlex.join(self.argv)
-
-
-class CommandError(FabricQAError):
-    """A command on a lab host exited non-zero (or could not run): host, command, exit code, stderr tail."""
-
-    def __init__(self, result: CommandResult, why: str = "") -> None:
-        self.result = result
-        tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-STDERR_TAIL_LINES:])
-        message = f"{result.host}: `{result.command}` exited {result.exit_code}"
-        if why:
-            message += f" ({why})"
-        if tail:
-            message += f"; stderr tail:\n{tail}"
-        super().__init__(message)
+__all__ = ["STDERR_TAIL_LINES", "CommandError", "CommandResult", "Host", "HostUnreachable", "command_tail"]
 
 
 class HostUnreachable(FabricQAError):

@@ -51,8 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     lab_spec = None
     if getattr(args, "lab", None):
-        from pytest_fabricqa.lab import LabError, load_lab, resolve_lab_path
-        from pytest_fabricqa.vlab_lab import run_dir_for, spec_from_lab
+        from pytest_fabricqa.lab.load import load_lab, resolve_lab_path
+        from pytest_fabricqa.lab.model import LabError
+        from pytest_fabricqa.vlab.lab import run_dir_for, spec_from_lab
 
         try:
             model = load_lab(resolve_lab_path(args.lab, Path.cwd()))

@@ -16,8 +16,6 @@ converts the tarball into a cpio in Python so file owners and device nodes survi
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -25,15 +23,15 @@ import re
 import shutil
 import subprocess
 import tarfile
-import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from pytest_fabricqa.errors import FabricQAError
+from pytest_fabricqa.core.errors import FabricQAError
 from pytest_fabricqa.vlab import vendor
+from pytest_fabricqa.vlab.cache import build_into_place, locked
 
 SUITE = "bookworm"
 
@@ -338,36 +336,18 @@ def build_image(
     key = cache_key()
     final = root / key
     root.mkdir(parents=True, exist_ok=True)
-    with _locked(root / f"{key}.lock"):
+    with locked(root / f"{key}.lock"):
         if not force:
             image = Image.load(final)
             if image is not None:
                 log(f"vlab image: cached {final} (kernel {image.kernel_version})")
                 return image
-        work = Path(tempfile.mkdtemp(prefix=f".build-{key}-", dir=root))
-        try:
-            image = _build_into(work, key, log)
-            if final.exists():
-                shutil.rmtree(final)
-            os.rename(work, final)
-        finally:
-            if work.exists():
-                shutil.rmtree(work, ignore_errors=True)
+        image = build_into_place(final, lambda work: _build_into(work, key, log))
         loaded = Image.load(final)
         if loaded is None:
             raise ImageBuildError(f"image build: {final} is incomplete after the build")
         log(f"vlab image: built {final} (kernel {image.kernel_version})")
         return loaded
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _build_into(work: Path, key: str, log: Callable[[str], None]) -> Image:

@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pytest_fabricqa.errors import FabricQAError
+from pytest_fabricqa.core.errors import FabricQAError
 from pytest_fabricqa.transport.base import CommandError, CommandResult
 from pytest_fabricqa.vlab import procs
 from pytest_fabricqa.vlab.image import Image, build_image

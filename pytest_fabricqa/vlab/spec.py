@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_fabricqa.errors import UserError
+from pytest_fabricqa.core.errors import UserError
 
 DEFAULT_MEMORY_MB = 1024
 DEFAULT_CPUS = 1

@@ -18,8 +18,6 @@ the sha256 in :data:`SOURCES`. Nothing from them is copied into the project.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import inspect
 import json
@@ -28,13 +26,13 @@ import re
 import shutil
 import subprocess
 import tarfile
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_fabricqa.errors import FabricQAError, UserError
+from pytest_fabricqa.core.errors import FabricQAError, UserError
+from pytest_fabricqa.vlab.cache import build_into_place, locked
 
 VENDOR_DIR_ENV = "FABRICQA_VENDOR_DIR"
 
@@ -343,15 +341,15 @@ def _cached(
     root = cache_dir if cache_dir is not None else vendor_cache_root()
     root.mkdir(parents=True, exist_ok=True)
     final = root / name
-    with _locked(root / f"{name}.lock"):
+    with locked(root / f"{name}.lock"):
         found = VendorBuild.load(final)
         if found is not None:
             log(f"vlab vendor: cached {final}")
             return found
-        work = Path(tempfile.mkdtemp(prefix=f".build-{name}-", dir=root))
-        try:
+        log_file = root / f"{name}.log"
+
+        def build_here(work: Path) -> None:
             t0 = time.monotonic()
-            log_file = root / f"{name}.log"
             log_file.write_text("")
             manifest = build(work, log_file)
             manifest["build_s"] = round(time.monotonic() - t0, 1)
@@ -359,27 +357,13 @@ def _cached(
             shutil.rmtree(work / "src", ignore_errors=True)
             shutil.rmtree(work / "headers", ignore_errors=True)
             (work / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-            if final.exists():
-                shutil.rmtree(final)
-            os.rename(work, final)
-        finally:
-            if work.exists():
-                shutil.rmtree(work, ignore_errors=True)
+
+        build_into_place(final, build_here)
     built = VendorBuild.load(final)
     if built is None:
         raise VendorBuildError(f"vlab vendor: {final} is incomplete after the build")
     log(f"vlab vendor: built {final} in {built.manifest.get('build_s')} s")
     return built
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _run(

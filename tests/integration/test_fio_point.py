@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from pytest_fabricqa.core.workloads import make_workload
 from pytest_fabricqa.fio import FioServer, server_argv, server_stop_argv
-from pytest_fabricqa.measure import MeasurePlan, SeriesPlan, run_point, write_logs
-from pytest_fabricqa.spread import SamplingPlan, SteadyStatePlan
+from pytest_fabricqa.measure.point import MeasurePlan, SeriesPlan, run_point, write_logs
+from pytest_fabricqa.measure.spread import SamplingPlan, SteadyStatePlan
 from pytest_fabricqa.transport.counting import CountingHost, round_trips
 from pytest_fabricqa.transport.local import LocalHost
-from pytest_fabricqa.workloads import make_workload
 
 pytestmark = pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from pytest_fabricqa.lab import LabModel
-from pytest_fabricqa.targets.base import UndoStack
+from pytest_fabricqa.core.undo import UndoStack
+from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.targets.spdk import SpdkTarget
 from pytest_fabricqa.transport.local import LocalHost
 
@@ -152,8 +152,8 @@ def test_provision_and_teardown_leave_nothing(tmp: Path, client: str) -> None:
 KILLED_CHILD = textwrap.dedent(
     """
     import json, sys, time
-    from pytest_fabricqa.lab import LabModel
-    from pytest_fabricqa.targets.base import UndoStack
+    from pytest_fabricqa.lab.model import LabModel
+    from pytest_fabricqa.core.undo import UndoStack
     from pytest_fabricqa.targets.spdk import SpdkTarget
     from pytest_fabricqa.transport.local import LocalHost
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_fabricqa.fanout import GroupError, run_all
-from pytest_fabricqa.testinfra_backend import infra_host
 from pytest_fabricqa.transport.base import CommandError, HostUnreachable
+from pytest_fabricqa.transport.fanout import GroupError, run_all
 from pytest_fabricqa.transport.ssh import SSHHost
+from pytest_fabricqa.transport.testinfra import infra_host
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 pytestmark = pytest.mark.skipif(not Path(SSHD).exists(), reason="openssh-server is not installed (.ci/run installs it)")

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from pytest_fabricqa.lab import LabModel
+from pytest_fabricqa.core.undo import UndoStack
+from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.targets import load_target
-from pytest_fabricqa.targets.base import UndoStack
 from pytest_fabricqa.targets.tgt import TgtTarget
 from pytest_fabricqa.transport.local import LocalHost
 
@@ -153,9 +153,9 @@ def test_start_mode_provisions_on_its_own_tgtd_and_undoes_everything(files: Path
 KILLED_CHILD = textwrap.dedent(
     """
     import json, os, signal, sys
-    from pytest_fabricqa.lab import LabModel
+    from pytest_fabricqa.lab.model import LabModel
     from pytest_fabricqa.targets import load_target
-    from pytest_fabricqa.targets.base import UndoStack
+    from pytest_fabricqa.core.undo import UndoStack
     from pytest_fabricqa.transport.local import LocalHost
     import pytest_fabricqa.targets.tgt as tgt
 

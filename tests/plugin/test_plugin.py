@@ -178,9 +178,9 @@ def test_a_user_error_while_running_is_one_line_and_exit_4(pytester: pytest.Pyte
 
 def _fake_running_vlab(state_dir: Path, lab_text: str) -> list[subprocess.Popen[bytes]]:
     """Record stand-in processes (sleep) in the run dir as the lab ``lab_text`` describes, up and whole."""
-    from pytest_fabricqa.lab import load_lab
+    from pytest_fabricqa.lab.load import load_lab
     from pytest_fabricqa.vlab import procs
-    from pytest_fabricqa.vlab_lab import run_dir_for, spec_from_lab
+    from pytest_fabricqa.vlab.lab import run_dir_for, spec_from_lab
 
     (state_dir / "booted.yaml").parent.mkdir(parents=True, exist_ok=True)
     (state_dir / "booted.yaml").write_text(lab_text)
@@ -363,7 +363,7 @@ def test_a_second_session_on_a_lab_in_use_stops_at_once_with_one_line(pytester: 
     import subprocess
     import sys
 
-    from pytest_fabricqa.lablock import Holder
+    from pytest_fabricqa.fabric.lock import Holder
 
     pytester.makepyfile("def test_uses_the_lab(lab_hosts):\n    assert lab_hosts\n")
     lock = pytester.path / ".fabricqa" / "session-local.lock"

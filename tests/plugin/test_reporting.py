@@ -43,7 +43,7 @@ RECORDINGS = ("randread-8k-grouped", "randrw-4k-jsonplus", "write-1m", "clientse
 SHIM_CONFTEST = """
 import pytest
 from pytest_fabricqa import plugin as fabricqa_plugin
-from pytest_fabricqa import reporting
+from pytest_fabricqa.plugin import reporting
 
 SHIM = []
 
@@ -79,7 +79,7 @@ import pytest_fabricqa.report.html  # noqa: F401
 from pytest_fabricqa.fio.figures import figures
 from pytest_fabricqa.fio.parse import parse_client_server, parse_fio_output
 from pytest_fabricqa.report.model import Case
-from pytest_fabricqa.workloads import Workload
+from pytest_fabricqa.core.workloads import Workload
 
 FIO = Path({str(FIO_DATA)!r})
 SETTINGS = json.loads((Path(__file__).parent / "settings.json").read_text())
@@ -585,8 +585,8 @@ import pytest
 
 from pytest_fabricqa.fio.figures import figures
 from pytest_fabricqa.fio.parse import parse_fio_output
-from pytest_fabricqa.verdict import performance_case
-from pytest_fabricqa.workloads import Workload
+from pytest_fabricqa.measure.verdict import performance_case
+from pytest_fabricqa.core.workloads import Workload
 
 RANDREAD = Workload("randread-8k-j2-qd16", "randread", "8k", numjobs=2, iodepth=16, runtime=3)
 

@@ -46,8 +46,8 @@ targets:
 
 INNER = """
 import pytest
-from pytest_fabricqa.verdict import performance_case
-from pytest_fabricqa.workloads import Workload
+from pytest_fabricqa.measure.verdict import performance_case
+from pytest_fabricqa.core.workloads import Workload
 
 W = Workload("randread-8k-qd128-j4", "randread", "8k", numjobs=4, iodepth=128, runtime=3)
 FIGURES = {"nvmet": 100000.0, "fast": 150000.0, "lio": 50000.0}

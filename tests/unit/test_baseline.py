@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from factories import T0, make_run, perf_case
 
+from pytest_fabricqa.core.workloads import Workload
 from pytest_fabricqa.report.baseline import (
     DEFAULT_TOLERANCES,
     BaselineWarning,
@@ -24,7 +25,6 @@ from pytest_fabricqa.report.baseline import (
     save_baseline,
 )
 from pytest_fabricqa.report.model import Environment, ResultsFileError, Run, TargetInfo, load_json
-from pytest_fabricqa.workloads import Workload
 
 
 def run(

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from fakes import ScriptedHost
 
+from pytest_fabricqa.core.export import Export, ExportedUnit
+from pytest_fabricqa.core.undo import ProvisionError, UndoStack
 from pytest_fabricqa.initiators import nvme
 from pytest_fabricqa.initiators.connect import connect_iscsi, connect_nvme
-from pytest_fabricqa.lab import load_lab
-from pytest_fabricqa.targets.base import Export, ExportedUnit, ProvisionError, UndoStack
+from pytest_fabricqa.lab.load import load_lab
 
 DATA = Path(__file__).parents[1] / "data" / "targets"
 LABS = Path(__file__).parents[2] / "labs"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_fabricqa.cpu import CpuTimes, ProcStatError, cpu_usage, parse_proc_stat, read_cpu_times
+from pytest_fabricqa.measure.cpu import CpuTimes, ProcStatError, cpu_usage, parse_proc_stat, read_cpu_times
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "fio"
 BEFORE = (DATA / "proc-stat-before.txt").read_text()

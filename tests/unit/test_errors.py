@@ -7,7 +7,7 @@ import inspect
 import pkgutil
 
 import pytest_fabricqa
-from pytest_fabricqa.errors import FabricQAError, UserError
+from pytest_fabricqa.core.errors import FabricQAError, UserError
 
 # What the user must fix in the input they gave (lab file, options, results files, Oracle settings).
 USER_ERRORS = {

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_fabricqa.failover import (
+from pytest_fabricqa.failover.figures import (
     ErrorCounts,
     FailoverFigures,
-    Fault,
     HostSeries,
     Stall,
     count_errors,
@@ -26,11 +25,12 @@ from pytest_fabricqa.failover import (
     run_span_ms,
     stalls,
 )
+from pytest_fabricqa.faults.inject import Fault
 from pytest_fabricqa.fio.logs import parse_log
 from pytest_fabricqa.fio.parse import parse_fio_output
-from pytest_fabricqa.oracle.settings import OracleSettings
+from pytest_fabricqa.lab.database import OracleSettings
+from pytest_fabricqa.lab.thresholds import ThresholdError, Thresholds, violations
 from pytest_fabricqa.report.formatting import format_figure
-from pytest_fabricqa.thresholds import ThresholdError, Thresholds, violations
 
 DATA = Path(__file__).parent.parent / "data" / "fio" / "failover"
 VERIFY = Path(__file__).parent.parent / "data" / "fio" / "verify"
@@ -308,9 +308,9 @@ def test_the_virtual_labs_parity_limit_fails_a_path_that_carries_next_to_nothing
     """labs/vlab.yaml sets path-parity's limit (none was set, so the parity case could not fail in CI; issue 29):
     a path reading a twentieth of the other fails it on every protocol; the widest spread a full run measured
     (47.9%, nvme-rdma on nvmet) passes."""
-    from pytest_fabricqa.lab import load_lab
-    from pytest_fabricqa.parity import PARITY
-    from pytest_fabricqa.thresholds import thresholds_for
+    from pytest_fabricqa.failover.parity import PARITY
+    from pytest_fabricqa.lab.load import load_lab
+    from pytest_fabricqa.lab.thresholds import thresholds_for
 
     lab = load_lab(Path(__file__).parent.parent.parent / "labs" / "vlab.yaml")
     for protocol in lab.protocols:

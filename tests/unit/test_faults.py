@@ -21,10 +21,12 @@ import pytest
 from fakes import Answer, ScriptedHost, answer_files
 from labfiles import vlab_kernel_text_as
 
-from pytest_fabricqa import faults, provision
-from pytest_fabricqa.lab import LabModel, load_lab
+from pytest_fabricqa.core.undo import UndoStack
+from pytest_fabricqa.fabric import provision
+from pytest_fabricqa.faults import inject as faults
+from pytest_fabricqa.lab.load import load_lab
+from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.targets import lio, remote
-from pytest_fabricqa.targets.base import UndoStack
 from pytest_fabricqa.targets.nvmet.snapshot import SNAPSHOT_SCRIPT as NVMET_SNAPSHOT
 from pytest_fabricqa.targets.spdk.jsonrpc import CLIENT_SCRIPT
 

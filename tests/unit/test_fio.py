@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from fakes import Answer, ScriptedHost
 
+from pytest_fabricqa.core.workloads import MatrixError, make_workload
 from pytest_fabricqa.fio import (
     FIGURE_NAMES,
     FioError,
@@ -39,7 +40,6 @@ from pytest_fabricqa.fio import (
 )
 from pytest_fabricqa.fio.command import host_randseed
 from pytest_fabricqa.transport.base import CommandResult
-from pytest_fabricqa.workloads import MatrixError, make_workload
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "fio"
 SERVERS = (FioServer("init1", "127.0.0.1", 8766), FioServer("init2", "127.0.0.1", 8767))

@@ -11,7 +11,6 @@ from pytest_fabricqa.fio import parse_client_server
 from pytest_fabricqa.fio.logs import (
     PLAT_BINS,
     LogError,
-    TimeSeries,
     build_timeseries,
     histogram_of,
     log_options,
@@ -22,6 +21,7 @@ from pytest_fabricqa.fio.logs import (
     window_counts,
 )
 from pytest_fabricqa.fio.model import LatencyHistogram
+from pytest_fabricqa.report.series import TimeSeries
 
 DATA = Path(__file__).parents[1] / "data" / "fio" / "series"
 LOGS = DATA / "logs"

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 from fakes import ScriptedHost
 
-from pytest_fabricqa import integrity as ig
 from pytest_fabricqa.fio import verify
 from pytest_fabricqa.fio.verify import Region, read_verify, verify_argv
 from pytest_fabricqa.initiators.connect import FabricDevice
-from pytest_fabricqa.lab import LabError, load_lab
+from pytest_fabricqa.integrity import checks as ig
+from pytest_fabricqa.lab.load import load_lab
+from pytest_fabricqa.lab.model import LabError
 from pytest_fabricqa.report.gather import flat_properties
 from pytest_fabricqa.report.html import integrity_summary
 from pytest_fabricqa.report.model import case_from_dict, case_to_dict

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fakes import ScriptedHost
 
-from pytest_fabricqa import kernlog
+from pytest_fabricqa.fabric import kernlog
 
 DMESG = (Path(__file__).parent.parent / "data" / "kernlog" / "vnode1-dmesg-iso.txt").read_text()
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_fabricqa.lab import LabError, LabModel, load_lab, resolve_lab_path
-from pytest_fabricqa.thresholds import Thresholds, thresholds_for
+from pytest_fabricqa.lab.load import load_lab, resolve_lab_path
+from pytest_fabricqa.lab.model import LabError, LabModel
+from pytest_fabricqa.lab.thresholds import Thresholds, thresholds_for
 
 ROOT = Path(__file__).resolve().parents[2]
 

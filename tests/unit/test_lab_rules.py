@@ -1,4 +1,4 @@
-"""Lab-file rules across sections (pytest_fabricqa.lab_rules): each fires at load time with file, line, key, fix.
+"""Lab-file rules across sections (pytest_fabricqa.lab.rules): each fires at load time with file, line, key, fix.
 
 Every case starts from labs/vlab.yaml (which passes) and makes one mistake that passed validation before and
 failed late -- at provisioning, at connect or mid-run.
@@ -16,8 +16,9 @@ import pytest
 import yaml
 from labfiles import vlab_kernel_text
 
-from pytest_fabricqa.lab import LabError, LabModel, load_lab
-from pytest_fabricqa.lab_rules import lab_problems
+from pytest_fabricqa.lab.load import load_lab
+from pytest_fabricqa.lab.model import LabError, LabModel
+from pytest_fabricqa.lab.rules import lab_problems
 
 ROOT = Path(__file__).parents[2]
 VLAB = vlab_kernel_text()

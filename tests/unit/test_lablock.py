@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_fabricqa.lablock import Holder, LabInUse, acquire, release
+from pytest_fabricqa.fabric.lock import Holder, LabInUse, acquire, release
 from pytest_fabricqa.transport.local import LocalHost
 
 

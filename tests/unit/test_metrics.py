@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_fabricqa.fio.figures import FIGURE_NAMES
-from pytest_fabricqa.metrics import (
+from pytest_fabricqa.core.metrics import (
     BY_NAME,
     CORE_METRICS,
     DEFAULT_TOLERANCES,
@@ -14,8 +13,9 @@ from pytest_fabricqa.metrics import (
     THRESHOLD_KEYS,
     metric,
 )
+from pytest_fabricqa.fio.figures import FIGURE_NAMES
+from pytest_fabricqa.lab.thresholds import Thresholds, violations
 from pytest_fabricqa.report.formatting import format_figure
-from pytest_fabricqa.thresholds import Thresholds, violations
 
 
 def test_the_threshold_schema_has_exactly_the_vocabularys_threshold_keys() -> None:

@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 from fakes import Answer, ScriptedHost
 
+from pytest_fabricqa.core.export import Export, ExportedUnit
+from pytest_fabricqa.core.undo import ProvisionError, UndoStack
 from pytest_fabricqa.initiators import connect, dm, iscsi, nvme
 from pytest_fabricqa.initiators.connect import connect_iscsi, connect_nvme, path_problems
-from pytest_fabricqa.lab import LabError, LabModel, load_lab
-from pytest_fabricqa.targets.base import Export, ExportedUnit, ProvisionError, UndoStack
+from pytest_fabricqa.lab.load import load_lab
+from pytest_fabricqa.lab.model import LabError, LabModel
 from pytest_fabricqa.transport.base import CommandError
 
 LABS = Path(__file__).parents[2] / "labs"

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from fakes import ScriptedHost
 
+from pytest_fabricqa.lab.database import AsmcmdSettings
 from pytest_fabricqa.oracle.asmcmd import Asmcmd, AsmcmdParseError, parse_table, to_view_rows
 from pytest_fabricqa.oracle.health import check_asm_health
-from pytest_fabricqa.oracle.settings import AsmcmdSettings
 from pytest_fabricqa.transport.base import CommandError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "oracle"

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from pytest_fabricqa.lab.database import CalibrateThresholds
 from pytest_fabricqa.oracle import calibrate
 from pytest_fabricqa.oracle.calibrate import (
     CalibrationPrerequisiteError,
@@ -19,7 +20,6 @@ from pytest_fabricqa.oracle.calibrate import (
     check_thresholds,
 )
 from pytest_fabricqa.oracle.fake import FakeConnection, FakeResult
-from pytest_fabricqa.oracle.settings import CalibrateThresholds
 
 
 def _database(

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from fakes import ScriptedHost
 
+from pytest_fabricqa.lab.database import AsmcmdSettings
 from pytest_fabricqa.oracle import sql
 from pytest_fabricqa.oracle.asmcmd import Asmcmd
 from pytest_fabricqa.oracle.fake import FakeConnection, FakeResult
 from pytest_fabricqa.oracle.health import Severity, check_asm_health
-from pytest_fabricqa.oracle.settings import AsmcmdSettings
 
 DATA = Path(__file__).parents[1] / "data" / "oracle"
 LAB_PATHS = ("/dev/nvme0n1", "/dev/nvme1n1")

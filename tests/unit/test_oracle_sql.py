@@ -11,10 +11,10 @@ from typing import Any
 import oracledb
 import pytest
 
+from pytest_fabricqa.lab.database import ConnectSettings
 from pytest_fabricqa.oracle import sql
 from pytest_fabricqa.oracle.fake import FakeConnection, FakeResult
 from pytest_fabricqa.oracle.health import check_asm_health
-from pytest_fabricqa.oracle.settings import ConnectSettings
 
 SECRET = "s3cr3t-Pa55"
 ENV = {"FABRICQA_ORACLE_USER": "sys", "FABRICQA_ORACLE_PASSWORD": SECRET}

@@ -21,14 +21,10 @@ from typing import Any
 import pytest
 from fakes import Answer, ScriptedHost, answer_files
 
-from pytest_fabricqa import faults, outage
-from pytest_fabricqa.failover import (
-    ALUA,
-    ANA,
-    BRIEF,
-    LONG,
-    ONE_PATH,
-    PORT,
+from pytest_fabricqa.core.cases import ALUA, ANA, BRIEF, LONG, ONE_PATH, PORT
+from pytest_fabricqa.core.undo import UndoStack
+from pytest_fabricqa.failover import outage
+from pytest_fabricqa.failover.figures import (
     FailoverFigures,
     Fault,
     HostSeries,
@@ -37,9 +33,10 @@ from pytest_fabricqa.failover import (
     measure,
     stalls,
 )  # fmt: skip
-from pytest_fabricqa.lab import FailoverSettings, LabModel, load_lab
-from pytest_fabricqa.targets.base import UndoStack
-from pytest_fabricqa.thresholds import Thresholds
+from pytest_fabricqa.faults import inject as faults
+from pytest_fabricqa.lab.load import load_lab
+from pytest_fabricqa.lab.model import FailoverSettings, LabModel
+from pytest_fabricqa.lab.thresholds import Thresholds
 
 LABS = Path(__file__).parents[2] / "labs"
 DATA = Path(__file__).parents[1] / "data"

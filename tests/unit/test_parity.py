@@ -10,10 +10,10 @@ from typing import Any
 
 from fakes import Answer, ScriptedHost
 
-from pytest_fabricqa import outage, parity
-from pytest_fabricqa.lab import load_lab
-from pytest_fabricqa.targets.base import UndoStack
-from pytest_fabricqa.thresholds import Thresholds
+from pytest_fabricqa.core.undo import UndoStack
+from pytest_fabricqa.failover import outage, parity
+from pytest_fabricqa.lab.load import load_lab
+from pytest_fabricqa.lab.thresholds import Thresholds
 
 DATA = Path(__file__).parents[1] / "data"
 FIO = (DATA / "fio" / "randread-8k-grouped.out").read_text()
@@ -141,7 +141,7 @@ def test_the_parity_limit_is_a_threshold_key_a_lab_may_set(tmp_path: Path) -> No
     path.write_text(
         text.replace("path-parity: {max_path_imbalance_pct: 90}", "path-parity: {max_path_imbalance_pct: 10}")
     )
-    from pytest_fabricqa.thresholds import thresholds_for
+    from pytest_fabricqa.lab.thresholds import thresholds_for
 
     lab: Any = load_lab(path)
     assert thresholds_for(lab.thresholds_table(), "nvme-tcp", parity.PARITY).max_path_imbalance_pct == 10

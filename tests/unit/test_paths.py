@@ -25,7 +25,8 @@ from pytest_fabricqa.initiators.paths import (
     read_everywhere,
     read_path_settings,
 )
-from pytest_fabricqa.lab import LabError, MultipathSettings, load_lab
+from pytest_fabricqa.lab.load import load_lab
+from pytest_fabricqa.lab.model import LabError, MultipathSettings
 
 DATA = Path(__file__).parents[1] / "data" / "paths"
 RAM_NQN = "nqn.2026-11.io.fabricqa:vlab-ram0"

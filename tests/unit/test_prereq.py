@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 
-from pytest_fabricqa.prereq import (
+from pytest_fabricqa.core.protocols import protocol
+from pytest_fabricqa.fabric.prereq import (
     MODULES_SCRIPT,
     interface_problems,
     module_problems,
     parse_module_report,
     rdma_problem,
 )
-from pytest_fabricqa.protocols import protocol
 
 # Written by hand in the format of iproute2's `rdma -j link show` (Soft-RoCE rxe0 on eth1);
 # real recordings from the virtual lab live in tests/data/vlab/.

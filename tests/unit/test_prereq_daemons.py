@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from labfiles import vlab_kernel_text_as
 
-from pytest_fabricqa.lab import load_lab
-from pytest_fabricqa.prereq import DAEMON_SCRIPT, TargetDaemon, daemon_problem, target_daemon
+from pytest_fabricqa.fabric.prereq import DAEMON_SCRIPT, TargetDaemon, daemon_problem, target_daemon
+from pytest_fabricqa.lab.load import load_lab
 from pytest_fabricqa.transport.local import LocalHost
 
 LABS = Path(__file__).parents[1] / "data" / "labs"

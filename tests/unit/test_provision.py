@@ -8,9 +8,11 @@ import pytest
 from fakes import ScriptedHost
 from labfiles import vlab_kernel_text, vlab_kernel_text_as
 
-from pytest_fabricqa.lab import load_lab
-from pytest_fabricqa.provision import FabricDevice, ProvisionError, _one_line
-from pytest_fabricqa.targets import REGISTRY, UndoStack, load_target
+from pytest_fabricqa.core.kinds import REGISTRY
+from pytest_fabricqa.core.undo import ProvisionError, UndoStack
+from pytest_fabricqa.fabric.provision import FabricDevice, _one_line
+from pytest_fabricqa.lab.load import load_lab
+from pytest_fabricqa.targets import load_target
 from pytest_fabricqa.transport.base import CommandError, CommandResult
 
 LABS = Path(__file__).parents[2] / "labs"
@@ -99,9 +101,9 @@ def test_initiators_reconnect_in_place_and_their_devices_are_found_anew(monkeypa
     """The fabric gone and back for the initiators (the integrity suite's reconnect): each initiator's own undo
     stack unwinds (its disconnect), connect_one runs again with a fresh stack, the new device paths replace the
     old ones in lab order, and the target's single teardown entry still disconnects them."""
-    from pytest_fabricqa import provision
+    from pytest_fabricqa.core.export import Export, ExportedUnit
+    from pytest_fabricqa.fabric import provision
     from pytest_fabricqa.initiators.connect import Connected
-    from pytest_fabricqa.targets.base import Export, ExportedUnit
 
     lab = load_lab(LABS / "vlab.yaml")
     hosts = {name: ScriptedHost(name) for name in lab.hosts}
@@ -140,7 +142,7 @@ def test_initiators_reconnect_in_place_and_their_devices_are_found_anew(monkeypa
 
 
 def test_each_pairs_cases_run_in_one_stretch_and_phases_stay_in_order() -> None:
-    from pytest_fabricqa.grouping import runs_together
+    from pytest_fabricqa.plugin.groups import runs_together
 
     # (phase, pair or None, name): pytest's own order after its reordering by session parameters
     items = [
@@ -180,10 +182,10 @@ def test_connect_fabric_provisions_the_named_target_one_pair_per_host_and_reads_
     (SPDK's) is asked for its limits."""
     import yaml
 
-    from pytest_fabricqa import provision
+    from pytest_fabricqa.core.export import Export, ExportedUnit
+    from pytest_fabricqa.fabric import provision
     from pytest_fabricqa.initiators.connect import Connected
-    from pytest_fabricqa.lab import LabModel
-    from pytest_fabricqa.targets.base import Export, ExportedUnit
+    from pytest_fabricqa.lab.model import LabModel
 
     data = yaml.safe_load((LABS / "vlab.yaml").read_text())
     second = dict(data["targets"][0], name="second")
@@ -229,8 +231,8 @@ def test_an_initiator_that_cannot_let_go_leaves_the_fabric_to_be_provisioned_ane
     """A failed disconnect (CI, 2026-12-03: a multipath map in use) raises, and the fabric is no longer marked
     connected, so the ``fabric`` fixture provisions it anew for the next case; before, the pair's later cases got
     a fabric without devices and skipped as if the lab marked nothing writable."""
-    from pytest_fabricqa import provision
-    from pytest_fabricqa.targets.base import Export, ExportedUnit
+    from pytest_fabricqa.core.export import Export, ExportedUnit
+    from pytest_fabricqa.fabric import provision
 
     lab = load_lab(LABS / "vlab.yaml")
     hosts = {name: ScriptedHost(name) for name in lab.hosts}

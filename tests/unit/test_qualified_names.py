@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from labfiles import vlab_kernel_text
 
-from pytest_fabricqa.lab import LabError, iqn_problem, load_lab, nqn_problem
+from pytest_fabricqa.lab.load import load_lab
+from pytest_fabricqa.lab.model import LabError, iqn_problem, nqn_problem
 
 UUID_NQN = "nqn.2014-08.org.nvmexpress:uuid:1d6fb2de-586d-48f9-a0b4-3f875fda2ddd"
 

@@ -6,15 +6,8 @@ from pathlib import Path
 
 from fakes import Answer, ScriptedHost
 
-from pytest_fabricqa.queues import (
-    LIO_SCRIPT,
-    NVME_SCRIPT,
-    iscsi_node_updates,
-    parse_iscsi_node,
-    parse_lio,
-    parse_nvme,
-    read_queues,
-)
+from pytest_fabricqa.fabric.queues import LIO_SCRIPT, NVME_SCRIPT, parse_iscsi_node, parse_lio, parse_nvme, read_queues
+from pytest_fabricqa.initiators.iscsi import node_updates as iscsi_node_updates
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "queues"
 IQN = "iqn.2026-11.io.fabricqa:vstor"

@@ -230,7 +230,7 @@ def test_a_failover_case_gets_its_hosts_iops_over_time_with_the_fault_shaded() -
 
     from factories import make_run, perf_case
 
-    from pytest_fabricqa import outage
+    from pytest_fabricqa.failover import outage
     from pytest_fabricqa.report.model import Case, case_from_dict, case_to_dict
 
     folder = DATA.parent / "failover" / "nvme-tcp-brief-vnode1"

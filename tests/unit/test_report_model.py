@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_fabricqa.fio.logs import TimeSeries, Window
+from pytest_fabricqa.core.scaling import ScalingPoint
+from pytest_fabricqa.core.workloads import Workload
+from pytest_fabricqa.measure.spread import Rounds, spread
 from pytest_fabricqa.report.model import (
     SCHEMA,
     Case,
@@ -24,9 +26,7 @@ from pytest_fabricqa.report.model import (
     run_to_dict,
     write_json,
 )
-from pytest_fabricqa.scaling import ScalingPoint
-from pytest_fabricqa.spread import Rounds, spread
-from pytest_fabricqa.workloads import Workload
+from pytest_fabricqa.report.series import TimeSeries, Window
 
 DATA = Path(__file__).parent.parent / "data" / "report"
 

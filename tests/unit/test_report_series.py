@@ -8,10 +8,10 @@ from pathlib import Path
 
 from factories import make_run, perf_case, workload
 
+from pytest_fabricqa.core.scaling import scaling_points
 from pytest_fabricqa.fio.logs import build_timeseries
 from pytest_fabricqa.report.html import case_extra_html, render_html, report_context
 from pytest_fabricqa.report.model import Case, Run
-from pytest_fabricqa.scaling import scaling_points
 
 LOGS = Path(__file__).parents[1] / "data" / "fio" / "series" / "logs"
 T0 = datetime(2026, 12, 1, 1, 0, tzinfo=UTC)

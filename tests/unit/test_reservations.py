@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from fakes import ScriptedHost
 
-from pytest_fabricqa.integrity import SharedDevice
-from pytest_fabricqa.reservations import (
+from pytest_fabricqa.core.undo import UndoStack
+from pytest_fabricqa.integrity.checks import SharedDevice
+from pytest_fabricqa.integrity.reservations import (
     CONFLICT,
     SCSI_TYPES,
     NvmeReservations,
@@ -25,7 +26,6 @@ from pytest_fabricqa.reservations import (
     scsi_argv,
     unsupported,
 )
-from pytest_fabricqa.targets.base import UndoStack
 from pytest_fabricqa.transport.base import CommandError, CommandResult, Host
 
 DATA = Path(__file__).parent.parent / "data" / "reservations"
@@ -177,7 +177,7 @@ def test_release_tries_each_key_until_the_target_takes_one() -> None:
             if host.name == "vnode1":
                 raise CommandError(CommandResult("vnode1", ("sg_persist",), 24, "", "reservation conflict"))
 
-    from pytest_fabricqa.reservations import release
+    from pytest_fabricqa.integrity.reservations import release
 
     release(Driver(), [(ScriptedHost("vnode1"), "/dev/sdb", KA), (ScriptedHost("vnode2"), "/dev/sdc", KB)])
     assert calls == ["vnode1", "vnode2"]

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from fakes import Answer, ScriptedHost
 
-from pytest_fabricqa import safety
-from pytest_fabricqa.safety import (
+from pytest_fabricqa.safety import signatures as safety
+from pytest_fabricqa.safety.signatures import (
     AsmHeader,
     DeviceEvidence,
     DeviceRefused,

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from pytest_fabricqa.safety import DeviceRefused, gather_evidence, guard
-from pytest_fabricqa.safety_batch import (
+from pytest_fabricqa.safety.batch import (
     DevicesRefused,
     GuardRequest,
     guard_host,
@@ -23,6 +22,7 @@ from pytest_fabricqa.safety_batch import (
     parse_batch,
     prefetch,
 )
+from pytest_fabricqa.safety.signatures import DeviceRefused, gather_evidence, guard
 from pytest_fabricqa.transport.base import CommandResult
 from pytest_fabricqa.transport.counting import CountingHost
 from pytest_fabricqa.transport.local import LocalHost

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from fakes import Answer, ScriptedHost
 
-from pytest_fabricqa import safety
-from pytest_fabricqa.safety import HEADER_BYTES, asm_geometry, gather_evidence, inspect, parse_od_blocks
+from pytest_fabricqa.safety import signatures as safety
+from pytest_fabricqa.safety.signatures import HEADER_BYTES, asm_geometry, gather_evidence, inspect, parse_od_blocks
 
 DATA = Path(__file__).parents[1] / "data" / "safety"
 MiB = 1 << 20

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_fabricqa.scaling import (
+from pytest_fabricqa.core.scaling import (
     ScalingPoint,
     efficiency_violations,
     knee,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pytest_fabricqa.fio import parse_client_server, parse_fio_output
-from pytest_fabricqa.spread import (
+from pytest_fabricqa.measure.spread import (
     SamplingError,
     SamplingPlan,
     SteadyStatePlan,

@@ -16,10 +16,10 @@ import yaml
 from fakes import Answer, ScriptedHost
 from labfiles import vlab_kernel_text
 
-from pytest_fabricqa import provision
+from pytest_fabricqa.fabric import provision
 from pytest_fabricqa.initiators import nvme
-from pytest_fabricqa.lab import LabModel
-from pytest_fabricqa.lab_rules import lab_problems
+from pytest_fabricqa.lab.model import LabModel
+from pytest_fabricqa.lab.rules import lab_problems
 
 DATA = Path(__file__).parents[1] / "data" / "targets"
 LABS = Path(__file__).parents[2] / "labs"

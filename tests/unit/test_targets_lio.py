@@ -8,8 +8,9 @@ import pytest
 import yaml
 from fakes import Answer, ScriptedHost
 
-from pytest_fabricqa.lab import LabModel, load_lab
-from pytest_fabricqa.targets.base import ProvisionError, UndoStack
+from pytest_fabricqa.core.undo import ProvisionError, UndoStack
+from pytest_fabricqa.lab.load import load_lab
+from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.targets.lio import REMOVE_BACKSTORE_SCRIPT, LioTarget, parse_snapshot, plan_from_lab
 from pytest_fabricqa.targets.scsi import unit_serial
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_fabricqa.lab import LabError, load_lab
+from pytest_fabricqa.lab.load import load_lab
+from pytest_fabricqa.lab.model import LabError
 from pytest_fabricqa.targets.nvmet import (
     NvmetPort,
     SavedConfigError,
@@ -142,7 +143,7 @@ def test_a_subsystem_closed_to_any_host_admits_every_initiator_host_nqn(tmp_path
 def test_a_closed_subsystem_and_an_initiator_without_host_nqn_is_one_line(tmp_path: Path) -> None:
     path = _lab_with(tmp_path)
     path.write_text(path.read_text().replace("    host_nqn: nqn.2026-11.io.fabricqa:vnode2\n", ""))
-    # Caught when the lab is loaded (pytest_fabricqa.lab_rules), no longer at provisioning.
+    # Caught when the lab is loaded (pytest_fabricqa.lab.rules), no longer at provisioning.
     with pytest.raises(LabError, match=r"hosts\.vnode2: initiator vnode2 declares no host_nqn, .*set hosts\.vnode2"):
         load_lab(path)
 

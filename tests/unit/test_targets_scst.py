@@ -16,9 +16,10 @@ import pytest
 from fakes import Answer, ScriptedHost
 from labfiles import vlab_kernel_text_as
 
-from pytest_fabricqa.lab import LabError, LabModel, load_lab
+from pytest_fabricqa.core.undo import ProvisionError, UndoStack
+from pytest_fabricqa.lab.load import load_lab
+from pytest_fabricqa.lab.model import LabError, LabModel
 from pytest_fabricqa.targets import load_target
-from pytest_fabricqa.targets.base import ProvisionError, UndoStack
 from pytest_fabricqa.targets.scsi import unit_serial
 from pytest_fabricqa.targets.scst import (
     DAEMON_PID_FILE,
@@ -450,7 +451,7 @@ def test_mgmt_commands_travel_as_arguments_never_as_shell_text() -> None:
 
 
 def test_the_target_reports_its_queued_commands_with_the_fabrics_queues() -> None:
-    from pytest_fabricqa.queues import read_queues
+    from pytest_fabricqa.fabric.queues import read_queues
 
     host = FakeScst()
     _target(_seed(), host).provision("iser", UndoStack())
@@ -460,7 +461,7 @@ def test_the_target_reports_its_queued_commands_with_the_fabrics_queues() -> Non
 
 def test_the_sessions_clean_up_and_leftovers_gate_cover_scst() -> None:
     """provision.cleanup_stale (every connect) and provision.leftovers (the session's gate) reach SCST targets."""
-    from pytest_fabricqa import provision
+    from pytest_fabricqa.fabric import provision
 
     lab = _seed()
     host = FakeScst()

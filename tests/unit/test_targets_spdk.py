@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from fakes import Answer, ScriptedHost
 
-from pytest_fabricqa.lab import LabModel
+from pytest_fabricqa.core.undo import ProvisionError, UndoStack
+from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.targets import load_target
-from pytest_fabricqa.targets.base import ProvisionError, UndoStack
 from pytest_fabricqa.targets.spdk import (
     CLIENT_SCRIPT,
     PROBE_SCRIPT,
@@ -259,8 +259,8 @@ def target_on(host: FakeSpdkHost, **spdk: Any) -> SpdkTarget:
 
 
 def test_registered_under_its_kind_with_the_protocols_it_serves() -> None:
-    from pytest_fabricqa.protocols import PROTOCOLS
-    from pytest_fabricqa.targets import REGISTRY
+    from pytest_fabricqa.core.kinds import REGISTRY
+    from pytest_fabricqa.core.protocols import PROTOCOLS
 
     assert REGISTRY["spdk"].serves == ("nvme-tcp", "nvme-rdma")
     assert PROTOCOLS["nvme-rdma"].target_modules["spdk"] == ("ib_uverbs", "rdma_ucm")

@@ -12,9 +12,10 @@ import pytest
 from fakes import Answer, ScriptedHost
 from labfiles import vlab_kernel_text, vlab_kernel_text_as
 
-from pytest_fabricqa.lab import LabModel, load_lab
+from pytest_fabricqa.core.undo import ProvisionError, UndoStack
+from pytest_fabricqa.lab.load import load_lab
+from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.targets import load_target
-from pytest_fabricqa.targets.base import ProvisionError, UndoStack
 from pytest_fabricqa.targets.scsi import unit_serial
 from pytest_fabricqa.targets.tgt import TIDS, TgtTarget, parse_lld_states, parse_show
 
@@ -521,7 +522,7 @@ def test_start_mode_leaves_a_daemon_it_did_not_start_and_keeps_its_own_up_for_ot
 
 
 def test_tgt_settings_are_validated_with_file_key_and_line(tmp_path: Path) -> None:
-    from pytest_fabricqa.lab import LabError
+    from pytest_fabricqa.lab.model import LabError
 
     with pytest.raises(
         LabError, match=r"lab.yaml:\d+: targets\[1\].tgt.bstype: 'nosuch' is not allowed; allowed: 'rdwr' or 'aio'"
@@ -551,7 +552,7 @@ def test_a_host_without_tgt_has_no_leftovers_and_its_stale_state_file_goes(tmp_p
 
 def test_the_sessions_clean_up_and_leftovers_gate_cover_tgt(tmp_path: Path) -> None:
     """provision.cleanup_stale (every connect) and provision.leftovers (the session's gate) reach tgt targets."""
-    from pytest_fabricqa import provision
+    from pytest_fabricqa.fabric import provision
 
     text = vlab_kernel_text_as("  - kind: tgt\n")
     text = text.replace("protocols: [nvme-tcp, nvme-rdma, iscsi, iser]", "protocols: [iscsi, iser]")

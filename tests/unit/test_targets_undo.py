@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from fakes import Answer, ScriptedHost
 
-from pytest_fabricqa.lab import load_lab
+from pytest_fabricqa.core.undo import ProvisionError, UndoStack
+from pytest_fabricqa.lab.load import load_lab
 from pytest_fabricqa.targets import remote
-from pytest_fabricqa.targets.base import ProvisionError, UndoStack, mark_number
+from pytest_fabricqa.targets.base import mark_number
 from pytest_fabricqa.targets.lio import HBA_INDEXES, LioTarget
 from pytest_fabricqa.targets.nvmet import PORT_IDS, NvmetTarget
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pytest_fabricqa.fio import figures, parse_fio_output
-from pytest_fabricqa.thresholds import (
+from pytest_fabricqa.lab.thresholds import (
     ThresholdError,
     Thresholds,
     fabric_efficiency,

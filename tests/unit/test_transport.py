@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_fabricqa.fanout import GroupError, each, run_all
 from pytest_fabricqa.transport import transport_class
 from pytest_fabricqa.transport.base import CommandError, CommandResult, Host
+from pytest_fabricqa.transport.fanout import GroupError, each, run_all
 from pytest_fabricqa.transport.local import LocalHost
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from pytest_fabricqa.initiators.connect import FabricDevice
-from pytest_fabricqa.lab import load_lab
-from pytest_fabricqa.safety import DeviceRefused
+from pytest_fabricqa.lab.load import load_lab
+from pytest_fabricqa.safety.guard import WriteGuard
+from pytest_fabricqa.safety.signatures import DeviceRefused
 from pytest_fabricqa.transport.counting import CountingHost
 from pytest_fabricqa.transport.local import LocalHost
-from pytest_fabricqa.verdict import WriteGuard
 
 LOCAL_LAB = Path(__file__).resolve().parents[1] / "data" / "labs" / "local.yaml"
 MiB = 1 << 20

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_fabricqa.errors import UserError
+from pytest_fabricqa.core.errors import UserError
 from pytest_fabricqa.vlab import image as image_mod
 from pytest_fabricqa.vlab import vendor
 from pytest_fabricqa.vlab.cli import main as vlab_cli

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_fabricqa.workloads import (
+from pytest_fabricqa.core.workloads import (
     DEFAULT_SETS,
     SET_SOURCES,
     SETS,

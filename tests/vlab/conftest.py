@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from vlab_support import STATE, make_lab
 
-from pytest_fabricqa.lab import LabModel
+from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.transport.base import Host
 from pytest_fabricqa.vlab import VirtualLab
 
@@ -17,7 +17,7 @@ from pytest_fabricqa.vlab import VirtualLab
 @pytest.fixture(scope="session")
 def virtual_lab() -> Iterator[VirtualLab]:
     """The running three-guest QEMU lab itself (its processes, consoles and real-ssh argv)."""
-    from pytest_fabricqa.vlab_lab import ensure_running
+    from pytest_fabricqa.vlab.lab import ensure_running
 
     virtual, booted = ensure_running(make_lab(), STATE, os.getpid())
     try:
@@ -30,8 +30,8 @@ def virtual_lab() -> Iterator[VirtualLab]:
 @pytest.fixture(scope="session")
 def vlab(virtual_lab: VirtualLab) -> Iterator[tuple[LabModel, dict[str, Host], dict[str, str]]]:
     """(lab, hosts, ssh files) of a running three-guest lab."""
-    from pytest_fabricqa.provision import cleanup_stale
-    from pytest_fabricqa.session import make_hosts
+    from pytest_fabricqa.fabric.provision import cleanup_stale
+    from pytest_fabricqa.plugin.session import make_hosts
 
     lab = make_lab()
     hosts = make_hosts(lab, key=virtual_lab.ssh_key, known_hosts=virtual_lab.known_hosts)

@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 from vlab_support import make_lab
 
-from pytest_fabricqa import faults
-from pytest_fabricqa import integrity as ig
-from pytest_fabricqa import outage as og
-from pytest_fabricqa.failover import ANA
+from pytest_fabricqa.core.cases import ANA
+from pytest_fabricqa.core.undo import UndoStack
+from pytest_fabricqa.fabric.provision import connect_fabric, leftovers
+from pytest_fabricqa.failover import outage as og
+from pytest_fabricqa.faults import inject as faults
 from pytest_fabricqa.fio.verify import Region
-from pytest_fabricqa.lab import LabModel
-from pytest_fabricqa.provision import connect_fabric, leftovers
-from pytest_fabricqa.targets.base import UndoStack
-from pytest_fabricqa.thresholds import Thresholds
+from pytest_fabricqa.integrity import checks as ig
+from pytest_fabricqa.lab.model import LabModel
+from pytest_fabricqa.lab.thresholds import Thresholds
 from pytest_fabricqa.transport.base import Host
 
 pytestmark = pytest.mark.vlab

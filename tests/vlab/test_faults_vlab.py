@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_fabricqa import faults
-from pytest_fabricqa.lab import LabModel
-from pytest_fabricqa.provision import connect_fabric, leftovers
+from pytest_fabricqa.fabric.provision import connect_fabric, leftovers
+from pytest_fabricqa.faults import inject as faults
+from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.transport.base import Host
 
 pytestmark = pytest.mark.vlab
@@ -31,10 +31,10 @@ ROOT = Path(__file__).parents[2]
 DROP_CHILD = textwrap.dedent(
     """
     import json, sys, time
-    from pytest_fabricqa import faults
-    from pytest_fabricqa.lab import LabModel
-    from pytest_fabricqa.session import make_hosts
-    from pytest_fabricqa.targets.base import UndoStack
+    from pytest_fabricqa.faults import inject as faults
+    from pytest_fabricqa.lab.model import LabModel
+    from pytest_fabricqa.plugin.session import make_hosts
+    from pytest_fabricqa.core.undo import UndoStack
 
     args = json.loads(sys.argv[1])
     lab = LabModel.model_validate(args["lab"])

@@ -14,7 +14,7 @@ import pytest
 from vlab_support import make_lab
 
 from pytest_fabricqa.vlab import VirtualLab
-from pytest_fabricqa.vlab_lab import spec_from_lab
+from pytest_fabricqa.vlab.lab import spec_from_lab
 
 pytestmark = pytest.mark.vlab
 

@@ -14,10 +14,10 @@ import json
 import pytest
 from vlab_support import STATE
 
-from pytest_fabricqa import integrity as ig
-from pytest_fabricqa.lab import LabModel
-from pytest_fabricqa.provision import connect_fabric
-from pytest_fabricqa.reservations import unsupported
+from pytest_fabricqa.fabric.provision import connect_fabric
+from pytest_fabricqa.integrity import checks as ig
+from pytest_fabricqa.integrity.reservations import unsupported
+from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.transport.base import Host
 
 pytestmark = pytest.mark.vlab

@@ -8,10 +8,11 @@ from __future__ import annotations
 import pytest
 from vlab_support import reads_per_path
 
+from pytest_fabricqa.core.undo import ProvisionError
+from pytest_fabricqa.fabric.provision import connect_fabric, leftovers
 from pytest_fabricqa.initiators import nvme
 from pytest_fabricqa.initiators.paths import read_everywhere
-from pytest_fabricqa.lab import LabModel
-from pytest_fabricqa.provision import ProvisionError, connect_fabric, leftovers
+from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.transport.base import Host
 
 pytestmark = pytest.mark.vlab

@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 from vlab_support import make_lab
 
+from pytest_fabricqa.core.undo import ProvisionError
+from pytest_fabricqa.fabric.provision import connect_fabric, leftovers
 from pytest_fabricqa.initiators import connect, dm
-from pytest_fabricqa.lab import DM_CONF_MARK, LabModel
-from pytest_fabricqa.provision import ProvisionError, connect_fabric, leftovers
+from pytest_fabricqa.initiators.dm import DM_CONF_MARK
+from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.transport.base import Host
 
 pytestmark = pytest.mark.vlab

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from vlab_support import make_lab
 
+from pytest_fabricqa.core.workloads import case_id, make_workload
+from pytest_fabricqa.fabric.provision import Fabric, connect_fabric
 from pytest_fabricqa.fio import (
     FioServer,
     run_fio_clients,
@@ -23,10 +25,8 @@ from pytest_fabricqa.fio import (
     start_offsets,
 )
 from pytest_fabricqa.fio.command import host_randseed
-from pytest_fabricqa.lab import LabModel
-from pytest_fabricqa.provision import Fabric, connect_fabric
+from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.transport.base import Host
-from pytest_fabricqa.workloads import case_id, make_workload
 
 pytestmark = pytest.mark.vlab
 

@@ -19,8 +19,9 @@ import pytest
 import yaml
 from vlab_support import STATE, lab_data, make_lab
 
-from pytest_fabricqa.lab import LabModel
-from pytest_fabricqa.provision import ProvisionError, cleanup_stale, connect_fabric, leftovers
+from pytest_fabricqa.core.undo import ProvisionError
+from pytest_fabricqa.fabric.provision import cleanup_stale, connect_fabric, leftovers
+from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.transport.base import Host
 
 pytestmark = pytest.mark.vlab
@@ -49,9 +50,9 @@ def _changed(before: tuple[str, ...], after: tuple[str, ...]) -> str:
 KILL_CHILD = textwrap.dedent(
     """
     import json, signal, sys, threading
-    from pytest_fabricqa.lab import LabModel
-    from pytest_fabricqa.session import make_hosts
-    from pytest_fabricqa.provision import connect_fabric
+    from pytest_fabricqa.lab.model import LabModel
+    from pytest_fabricqa.plugin.session import make_hosts
+    from pytest_fabricqa.fabric.provision import connect_fabric
     import pytest_fabricqa.targets.remote as remote
     import pytest_fabricqa.initiators.nvme as nvme
     import pytest_fabricqa.initiators.iscsi as iscsi

@@ -7,7 +7,7 @@ the ``fdisk`` package; its bytes are copied onto the disk and the guest's kernel
 then runs :func:`guard` on it: refused, and allowed once allow-listed. In-use cases (mounted, a mounted partition,
 an LVM logical volume on top, swap) are refused even when allow-listed; a zeroed disk passes. The last case writes
 an ASM header onto both devices vstor exports (the workloads' RAM disk and the NVMe drive), connects nvme-tcp and
-runs the suites' write guard (``pytest_fabricqa.verdict.WriteGuard``), and the guard on every namespace of both initiators.
+runs the suites' write guard (``pytest_fabricqa.measure.verdict.WriteGuard``), and the guard on every namespace of both initiators.
 
 The guard is read-only: around every run neither the kernel's count of sectors written to the device
 (/sys/class/block/NAME/stat, after a sync) nor the sha256 of the whole device changes. The hash is taken here,
@@ -31,11 +31,11 @@ from pathlib import Path
 import pytest
 from vlab_support import STATE
 
-from pytest_fabricqa.lab import LabModel
-from pytest_fabricqa.provision import connect_fabric, leftovers
-from pytest_fabricqa.safety import DeviceRefused, guard, inspect
+from pytest_fabricqa.fabric.provision import connect_fabric, leftovers
+from pytest_fabricqa.lab.model import LabModel
+from pytest_fabricqa.safety.guard import WriteGuard
+from pytest_fabricqa.safety.signatures import DeviceRefused, guard, inspect
 from pytest_fabricqa.transport.base import Host
-from pytest_fabricqa.verdict import WriteGuard
 
 pytestmark = pytest.mark.vlab
 
@@ -227,7 +227,7 @@ def images(vlab: tuple[LabModel, dict[str, Host], dict[str, str]], vstor: Host) 
     in the guest the file holds the device's bytes.
     """
     lab = vlab[0]
-    from pytest_fabricqa.vlab_lab import run_dir_for
+    from pytest_fabricqa.vlab.lab import run_dir_for
 
     folder = run_dir_for(STATE, lab) / "vstor"
     files = {SCRATCH: folder / "drive-scratch.raw", BACKING["nvme0"]: folder / "drive-nvme0.raw"}

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from vlab_support import make_lab
 
+from pytest_fabricqa.fabric.provision import connect_fabric, leftovers
 from pytest_fabricqa.initiators import dm
-from pytest_fabricqa.lab import LabModel
-from pytest_fabricqa.provision import connect_fabric, leftovers
+from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.transport.base import Host
 
 pytestmark = pytest.mark.vlab

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from vlab_support import make_lab
 
-from pytest_fabricqa.lab import LabModel
-from pytest_fabricqa.provision import Fabric, cleanup_stale, connect_fabric, leftovers
+from pytest_fabricqa.fabric.provision import Fabric, cleanup_stale, connect_fabric, leftovers
+from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.targets.scsi import unit_serial
 from pytest_fabricqa.transport.base import Host
 
@@ -54,9 +54,9 @@ def _sh(host: Host, script: str, *args: str) -> str:
 KILL_CHILD = textwrap.dedent(
     """
     import json, sys, time
-    from pytest_fabricqa.lab import LabModel
-    from pytest_fabricqa.session import make_hosts
-    from pytest_fabricqa.provision import connect_fabric
+    from pytest_fabricqa.lab.model import LabModel
+    from pytest_fabricqa.plugin.session import make_hosts
+    from pytest_fabricqa.fabric.provision import connect_fabric
     import pytest_fabricqa.targets.scst as scst
     import pytest_fabricqa.targets.tgt as tgt
 

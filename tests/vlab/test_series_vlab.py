@@ -17,7 +17,7 @@ import pytest
 import yaml
 from vlab_support import ROOT, STATE, lab_data
 
-from pytest_fabricqa.lab import LabModel
+from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.transport.base import Host
 
 pytestmark = pytest.mark.vlab

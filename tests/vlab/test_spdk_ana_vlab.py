@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from vlab_support import make_lab, paths_of, reads_per_path
 
-from pytest_fabricqa import faults
-from pytest_fabricqa.lab import LabModel
-from pytest_fabricqa.provision import connect_fabric, leftovers
-from pytest_fabricqa.targets.base import UndoStack
+from pytest_fabricqa.core.undo import UndoStack
+from pytest_fabricqa.fabric.provision import connect_fabric, leftovers
+from pytest_fabricqa.faults import inject as faults
+from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.transport.base import Host
 
 pytestmark = pytest.mark.vlab

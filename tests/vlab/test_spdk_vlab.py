@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 from vlab_support import make_lab
 
-from pytest_fabricqa.lab import LabModel
-from pytest_fabricqa.provision import ProvisionError, cleanup_stale, connect_fabric, leftovers
+from pytest_fabricqa.core.undo import ProvisionError
+from pytest_fabricqa.fabric.provision import cleanup_stale, connect_fabric, leftovers
+from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.targets import load_target
 from pytest_fabricqa.targets.spdk import SpdkTarget
 from pytest_fabricqa.transport.base import Host
@@ -77,9 +78,9 @@ def spdk_vlab(
 KILL_CHILD = textwrap.dedent(
     """
     import json, sys, time
-    from pytest_fabricqa.lab import LabModel
-    from pytest_fabricqa.session import make_hosts
-    from pytest_fabricqa.provision import connect_fabric
+    from pytest_fabricqa.lab.model import LabModel
+    from pytest_fabricqa.plugin.session import make_hosts
+    from pytest_fabricqa.fabric.provision import connect_fabric
     from pytest_fabricqa.targets.spdk import driver
 
     args = json.loads(sys.argv[1])

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from vlab_support import STATE, lab_data
 
-from pytest_fabricqa.lab import LabModel
+from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.report.model import load_json
 from pytest_fabricqa.transport.base import Host
 
@@ -27,7 +27,7 @@ USER_SUITE = """
 import pytest
 
 from pytest_fabricqa.fio import figures, run_fio
-from pytest_fabricqa.verdict import performance_case
+from pytest_fabricqa.measure.verdict import performance_case
 
 
 @pytest.mark.loads_target

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from pytest_fabricqa.lab import LabModel
+from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.transport.base import Host
 from pytest_fabricqa.vlab import vendor
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from pytest_fabricqa.lab import LabModel
+from pytest_fabricqa.lab.model import LabModel
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("FABRICQA_PROVISION_VLAB_STATE", str(ROOT / ".fabricqa")))

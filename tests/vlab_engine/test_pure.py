@@ -20,10 +20,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_fabricqa.lab import LabModel, load_lab
+from pytest_fabricqa.lab.load import load_lab
+from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.vlab import image as image_mod
 from pytest_fabricqa.vlab import procs
 from pytest_fabricqa.vlab.image import Image, cache_key, debian_sources, module_closure
+from pytest_fabricqa.vlab.lab import LabInTheWay, check_attachable, run_dir_for, spec_from_lab
 from pytest_fabricqa.vlab.machine import (
     BOOT_MODULES,
     TB_SIZE_MB,
@@ -46,7 +48,6 @@ from pytest_fabricqa.vlab.spec import (
     spec_differences,
     spec_from_dict,
 )
-from pytest_fabricqa.vlab_lab import LabInTheWay, check_attachable, run_dir_for, spec_from_lab
 
 SPEC = VlabSpec(
     name="lab1",

@@ -17,15 +17,9 @@ The package is split by job: :mod:`.plan` (what to create), :mod:`.saved` (nvmet
 
 from __future__ import annotations
 
+from pytest_fabricqa.targets.nvmet.declared import plan_from_lab
 from pytest_fabricqa.targets.nvmet.driver import MAX_MODEL, PORT_IDS, PORT_TRIES, ROOT, NvmetTarget
-from pytest_fabricqa.targets.nvmet.plan import (
-    NvmetNamespace,
-    NvmetPlan,
-    NvmetPort,
-    NvmetSubsystem,
-    check_nqn,
-    plan_from_lab,
-)
+from pytest_fabricqa.targets.nvmet.plan import NvmetNamespace, NvmetPlan, NvmetPort, NvmetSubsystem, check_nqn
 from pytest_fabricqa.targets.nvmet.saved import SavedConfigError, dump_saved_config, load_saved_config
 from pytest_fabricqa.targets.nvmet.snapshot import (
     REMOVE_PORT_SCRIPT,

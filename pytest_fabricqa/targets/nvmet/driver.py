@@ -7,17 +7,15 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
-from pytest_fabricqa.lab import LabModel, TargetModel
-from pytest_fabricqa.protocols import protocol as protocol_spec
+from pytest_fabricqa.core.export import Export, ExportedUnit
+from pytest_fabricqa.core.protocols import protocol as protocol_spec
+from pytest_fabricqa.core.undo import UndoStack
+from pytest_fabricqa.lab.model import LabModel, TargetModel
 from pytest_fabricqa.targets import remote
-from pytest_fabricqa.targets.base import (
-    Export,
-    ExportedUnit,
-    UndoStack,
-    mark_number,
-)
+from pytest_fabricqa.targets.base import mark_number
 from pytest_fabricqa.targets.configfs import ConfigfsTarget
-from pytest_fabricqa.targets.nvmet.plan import NvmetPlan, NvmetPort, NvmetSubsystem, check_nqn, plan_from_lab
+from pytest_fabricqa.targets.nvmet.declared import plan_from_lab
+from pytest_fabricqa.targets.nvmet.plan import NvmetPlan, NvmetPort, NvmetSubsystem, check_nqn
 from pytest_fabricqa.targets.nvmet.saved import SavedConfigError, dump_saved_config
 from pytest_fabricqa.targets.nvmet.snapshot import (
     SNAPSHOT_SCRIPT,

@@ -5,9 +5,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from pytest_fabricqa.lab import SHORT_NQN_RE, LabModel, TargetModel, nqn_problem
-from pytest_fabricqa.protocols import protocol as protocol_spec
-from pytest_fabricqa.targets.base import ProvisionError, target_index
+from pytest_fabricqa.lab.model import SHORT_NQN_RE, nqn_problem
 
 
 @dataclass(frozen=True)
@@ -57,7 +55,7 @@ class NvmetPlan:
     hosts: tuple[str, ...] = ()
 
 
-def _adrfam(address: str) -> str:
+def adrfam(address: str) -> str:
     try:
         return "ipv6" if ipaddress.ip_address(address).version == 6 else "ipv4"
     except ValueError:
@@ -71,54 +69,3 @@ def check_nqn(nqn: str) -> str | None:
     if nqn_problem(nqn) is not None and not SHORT_NQN_RE.match(nqn):
         return f"{nqn!r} is not a valid NQN (nqn.yyyy-mm.reverse.domain:name)"
     return None
-
-
-def plan_from_lab(lab: LabModel, model: TargetModel, protocol: str) -> NvmetPlan:
-    """The plan a lab declares for ``protocol``: its saved configuration, or ``nvme.subsystems`` on one port."""
-    assert model.nvme is not None
-    trtype = protocol_spec(protocol).transport
-    address = lab.target_address(model)
-    where = f"targets[{target_index(lab, model)}]"
-    if model.nvme.saved_config is not None:
-        from pytest_fabricqa.targets.nvmet.saved import load_saved_config
-
-        saved = load_saved_config(model.nvme.saved_config, model)
-        ports = tuple(p for p in saved.ports if p.trtype == trtype)
-        if not ports:
-            # A file saved for rdma still serves tcp: same subsystems, a port of the protocol under test.
-            ports = (
-                NvmetPort(trtype, address, model.nvme.port, tuple(s.nqn for s in saved.subsystems), _adrfam(address)),
-            )
-        return NvmetPlan(saved.subsystems, ports, saved.hosts)
-    initiator_nqns = tuple(h.host_nqn for n in lab.hosts_with("initiator") if (h := lab.hosts[n]).host_nqn is not None)
-    subsystems = []
-    for index, sub in enumerate(model.nvme.subsystems):
-        namespaces = tuple(
-            NvmetNamespace(
-                nsid,
-                model.devices[name].path,
-                name,
-                nguid=model.devices[name].nguid,
-                writable=model.devices[name].writable,
-                destructive_ok=model.devices[name].destructive_ok,
-            )
-            for nsid, name in enumerate(sub.namespaces, start=1)
-        )
-        allowed = sub.allowed_hosts
-        if not sub.allow_any_host and not allowed:
-            missing = [n for n in lab.hosts_with("initiator") if lab.hosts[n].host_nqn is None]
-            if missing:
-                raise ProvisionError(
-                    model.host or lab.name,
-                    f"{where}.nvme.subsystems[{index}] ({sub.nqn}) admits only listed hosts but initiator "
-                    f"{missing[0]} declares no host_nqn",
-                    f"set hosts.{missing[0]}.host_nqn or list allowed_hosts",
-                )
-            allowed = initiator_nqns
-        subsystems.append(NvmetSubsystem(sub.nqn, namespaces, sub.allow_any_host, tuple(allowed)))
-    hosts = tuple(dict.fromkeys(h for s in subsystems for h in s.allowed_hosts))
-    ports = tuple(  # one per path: every storage port of the host with paths: all
-        NvmetPort(trtype, a, model.nvme.port, tuple(s.nqn for s in subsystems), _adrfam(a))
-        for a in lab.target_addresses(model)
-    )
-    return NvmetPlan(tuple(subsystems), ports, hosts)

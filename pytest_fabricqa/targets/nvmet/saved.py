@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_fabricqa.errors import UserError
-from pytest_fabricqa.lab import TargetModel
+from pytest_fabricqa.core.errors import UserError
+from pytest_fabricqa.lab.model import TargetModel
 from pytest_fabricqa.targets.nvmet.plan import NvmetNamespace, NvmetPlan, NvmetPort, NvmetSubsystem, check_nqn
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pytest_fabricqa.lab import SPDK_DEFAULT_CORE_MASK, SpdkSettings
+from pytest_fabricqa.lab.model import SPDK_DEFAULT_CORE_MASK, SpdkSettings
 from pytest_fabricqa.transport.base import Host
 
 # argv: binary (lab's or ""), rpc.py (lab's or ""), socket. One line per fact. Where the lab names neither, nvmf_tgt

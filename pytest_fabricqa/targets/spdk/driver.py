@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from pytest_fabricqa.lab import LabModel, SpdkSettings, TargetModel, nqn_problem
-from pytest_fabricqa.protocols import protocol as protocol_spec
+from pytest_fabricqa.core.export import Export, ExportedUnit
+from pytest_fabricqa.core.protocols import protocol as protocol_spec
+from pytest_fabricqa.core.undo import UndoStack
+from pytest_fabricqa.lab.model import LabModel, SpdkSettings, TargetModel, nqn_problem
 from pytest_fabricqa.targets import remote
-from pytest_fabricqa.targets.base import Export, ExportedUnit, UndoStack
 from pytest_fabricqa.targets.configfs import ConfigfsTarget
-from pytest_fabricqa.targets.nvmet.plan import NvmetPlan, NvmetSubsystem, plan_from_lab
+from pytest_fabricqa.targets.nvmet.declared import plan_from_lab
+from pytest_fabricqa.targets.nvmet.plan import NvmetPlan, NvmetSubsystem
 from pytest_fabricqa.targets.nvmet.saved import SavedConfigError
 from pytest_fabricqa.targets.spdk import app
 from pytest_fabricqa.targets.spdk.jsonrpc import RpcClient, SpdkRpcError, SpdkUnreachable
@@ -356,7 +358,7 @@ class SpdkTarget(ConfigfsTarget):
     ) -> None:
         """One subsystem, its allowed hosts and namespaces. ``ana``: served on several paths, the subsystem reports
         ANA (``ana_reporting``; each listener optimized until changed), so the initiators' native multipath follows
-        a listener's ANA state (:class:`pytest_fabricqa.faults.SpdkAnaChange`) as it follows nvmet's."""
+        a listener's ANA state (:class:`pytest_fabricqa.faults.inject.SpdkAnaChange`) as it follows nvmet's."""
         discard = undo.push(f"delete SPDK subsystem {sub.nqn}", partial(self._delete, "subsystem", sub.nqn))
         params = {
             "nqn": sub.nqn,

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_fabricqa.targets.base import ProvisionError
+from pytest_fabricqa.core.undo import ProvisionError
 from pytest_fabricqa.transport.base import CommandResult, Host
 
 # argv: mode ("own" or "spdk:<python dir or empty>"), socket, timeout s, connect wait s, pid to watch ("" for none),

@@ -11,8 +11,8 @@ import csv
 from datetime import UTC, datetime
 from pathlib import Path
 
+from pytest_fabricqa.core.workloads import WRITING_RW, Workload
 from pytest_fabricqa.report.model import Case, Environment, Run, write_json
-from pytest_fabricqa.workloads import WRITING_RW, Workload
 
 HERE = Path(__file__).parent
 SOURCE = "transcribed from seed 001 (/work/shared/seeds/001_dc05af81bd8e62a1.txt), not measured by fabricqa"

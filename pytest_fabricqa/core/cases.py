@@ -1,0 +1,25 @@
+"""The failover suite's case names: each is a case's last id part and its key in a lab's ``thresholds`` table, so
+the lab model checks threshold keys against them without importing the failover code."""
+
+from __future__ import annotations
+
+OUTAGES: dict[str, str] = {
+    "all-paths-down-brief": "every path down for less than the path timeout, then back: I/O resumes, no error",
+    "all-paths-down-long": "every path down for longer than the path timeout, then back: I/O errors are seen",
+    "one-path-down": "the path carrying the I/O down while the others stay up, then back: I/O moves to a "
+    "remaining path while it is down, no error",
+    "ana-inaccessible": "the ANA group of the target port carrying the I/O made inaccessible, then optimized again: "
+    "I/O moves to another path while it is, no error",
+    "target-port-down": "the target port carrying the I/O taken away (nvmet port unlinked, SPDK listener removed), "
+    "then back: I/O moves to another path while it is away, no error",
+    "alua-unavailable": "the ALUA target port group of the target port carrying the I/O made unavailable, then "
+    "Active/Optimized again: I/O moves to another path while it is, no error",
+}
+"""The failover suite's outages (issue 13, faults a to e) by name: the name is the case's last id part and its
+key in the lab's ``thresholds`` table (``thresholds."*".all-paths-down-brief: {max_stall_s: 10}``)."""
+BRIEF, LONG, ONE_PATH, ANA, PORT, ALUA = OUTAGES
+TARGET_OUTAGES = (ANA, PORT, ALUA)
+"""The outages made on the target (one port's state or the port itself), not on the initiators' links."""
+PARITY = "path-parity"
+"""The path parity case's name (:mod:`pytest_fabricqa.failover.parity`): its key in the lab's ``thresholds`` table, where
+``max_path_imbalance_pct`` applies (``thresholds."*".path-parity: {max_path_imbalance_pct: 10}``)."""

@@ -1,0 +1,395 @@
+"""Path failover figures, per host and fault, from fio's own IOPS log (issue 13, "Measured per host").
+
+A failover case runs fio with ``write_iops_log`` and ``log_avg_msec=100`` (:func:`pytest_fabricqa.fio.logs
+.log_options`), breaks a path, and reads back per host: the longest stall, the time from the fault to the first
+completion after it, the time until throughput is back to 90% of its pre-fault mean, the I/O and verify errors;
+and, with every path up, the path imbalance of the Windows HLK multiport rule (the slowest path at most 10% below
+the fastest).
+
+What fio 3.33 writes when nothing completes (recorded in ``tests/data/fio/failover``):
+
+- **No line at all.** fio's ``stat.c`` skips an interval with no new I/O (``if (!delta) continue; /* No entries
+  for interval */``), whether fio is pausing (``thinktime``) or its I/O is blocked in the kernel (a stopped
+  receiver): a window without a line had zero completions. A zero is never written.
+- The line after such a gap covers one interval again (the helper thread kept the window clock going).
+- **fio itself stopped** (SIGSTOP): no lines while it is stopped, then one line whose value is the mean over the
+  whole stop (``spent`` is the time since the last line): small but not zero (``20`` IOPS after 2 s at 500).
+  Read as one interval with completions, it ends the stall at the start of its interval: off by at most one.
+
+So each log line stands for the interval of ``log_avg_msec`` that ends at its time, with ``value x interval``
+completions, and every moment no line covers had none. A stall measured that way is at most two intervals short
+of the real one (the intervals it starts and ends in hold completions, so they count as busy); the first I/O and
+the recovery are reported at the end of their interval (at most one interval late). The fault's times and the
+run's start and end must be on the log's clock: milliseconds since the job started, or Unix milliseconds with
+``log_unix_epoch=1``. A stall that lasts until fio ends leaves no trace in the log but the run's end: that is
+why the end is a required input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pytest_fabricqa.faults.inject import Fault
+from pytest_fabricqa.fio.logs import parse_log, parse_log_name
+from pytest_fabricqa.fio.model import FioResult
+from pytest_fabricqa.fio.verify import parse_mismatches
+from pytest_fabricqa.lab.database import OracleSettings
+from pytest_fabricqa.lab.thresholds import Thresholds, violations
+from pytest_fabricqa.report.model import Mismatch
+
+RECOVERY_FRACTION = 0.9
+"""Recovered: throughput back to this fraction of the pre-fault mean."""
+RECOVERY_HOLD_MS = 1000
+"""Recovered means the mean over this long from the first completion on is back, not one busy interval."""
+FAULT_REACH_MS = 3000
+"""A stall that begins this long after a fault's start is still the fault's: I/O already on its way (socket
+buffers, a controller's queue) completes for a moment after a path is lost (120 ms in the recorded
+receiver-stopped run), and the fault's start is read just before its command, which takes up to ~1.5 s on an
+emulated guest."""
+PARITY_PCT = 10.0
+"""The Windows HLK multiport rule: no path more than 10% slower than another (a lab's ``max_path_imbalance_pct``)."""
+
+
+@dataclass(frozen=True)
+class Interval:
+    """One line of fio's IOPS log: ``completions`` I/Os in the interval that ends at ``end_ms``."""
+
+    start_ms: int
+    end_ms: int
+    completions: float
+
+
+@dataclass(frozen=True)
+class HostSeries:
+    """One host's fio IOPS logs (all its jobs, both directions) as intervals on one clock."""
+
+    host: str
+    interval_ms: int
+    intervals: tuple[Interval, ...]
+    """Every logged interval with completions, ordered by its end; fio writes none for an interval without."""
+    start_ms: int
+    end_ms: int
+    """When the run started and ended on the log's clock (a stall can run until the end and leave no line)."""
+
+    def completions(self, start_ms: float, end_ms: float) -> float:
+        """I/Os completed in the intervals that lie within ``start_ms``..``end_ms`` (half an interval of slack:
+        fio writes a line a few ms after its interval's nominal end)."""
+        slack = self.interval_ms / 2
+        return sum(
+            i.completions for i in self.intervals if i.start_ms >= start_ms - slack and i.end_ms <= end_ms + slack
+        )
+
+
+def host_series(host: str, logs: Mapping[str, str], *, interval_ms: int, start_ms: int, end_ms: int) -> HostSeries:
+    """A host's series from its fio IOPS logs (file name -> text; latency and histogram logs are ignored).
+
+    ``interval_ms`` is the run's ``log_avg_msec``. ``start_ms``/``end_ms``: the run's start and end on the logs'
+    clock (0 and the longest ``job_runtime`` for fio's default clock, see :func:`run_span_ms`)."""
+    if interval_ms < 1:
+        raise ValueError("the log interval must be at least 1 ms")
+    if end_ms < start_ms:
+        raise ValueError(f"{host}: the run ends ({end_ms} ms) before it starts ({start_ms} ms)")
+    intervals: list[Interval] = []
+    for name, text in sorted(logs.items()):
+        parsed = parse_log_name(name)
+        if parsed is None or parsed.kind != "iops":
+            continue
+        for sample in parse_log(text, where=name):
+            if sample.value > 0:
+                completions = sample.value * interval_ms / 1000.0
+                intervals.append(Interval(sample.time_ms - interval_ms, sample.time_ms, completions))
+    intervals.sort(key=lambda i: (i.end_ms, i.start_ms))
+    return HostSeries(host, interval_ms, tuple(intervals), start_ms, end_ms)
+
+
+def run_span_ms(result: FioResult) -> tuple[int, int]:
+    """The run's start and end on fio's default log clock (ms since the job started): 0 and the longest
+    ``job_runtime``. With ``log_unix_epoch=1`` the caller gives Unix times instead."""
+    return 0, max((job.runtime_ms for job in result.jobs), default=0)
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A time in which none of a host's jobs completed an I/O."""
+
+    start_ms: int
+    end_ms: int
+
+    @property
+    def seconds(self) -> float:
+        """Its length in seconds."""
+        return (self.end_ms - self.start_ms) / 1000.0
+
+
+def stalls(series: HostSeries) -> tuple[Stall, ...]:
+    """Every gap between the host's intervals with completions, in order, from the run's start to its end. A gap
+    counts when it is longer than half an interval (consecutive lines of fio are an interval apart, give or take
+    a ms). The run's last interval is never logged (fio writes no line for a partial one), so the run is taken to
+    end an interval early."""
+    found: list[Stall] = []
+    busy_until = series.start_ms
+    tail = series.end_ms - series.interval_ms
+    edges = [(i.start_ms, i.end_ms) for i in series.intervals] + [(tail, tail)]
+    for start, end in edges:
+        if start - busy_until > series.interval_ms / 2:
+            found.append(Stall(busy_until, start))
+        busy_until = max(busy_until, end)
+    return tuple(found)
+
+
+def longest_stall(series: HostSeries) -> Stall | None:
+    """The longest stall of the run (the first of equals); None when I/O never paused."""
+    found = stalls(series)
+    return max(found, key=lambda s: s.end_ms - s.start_ms) if found else None
+
+
+def fault_stall(series: HostSeries, fault: Fault) -> Stall | None:
+    """The stall the fault caused: the longest (the first of equals) that begins between an interval before the
+    fault and :data:`FAULT_REACH_MS` after it, ends after the fault's start, and is longer than every stall the
+    host showed before the fault (its jitter: at a few I/Os per interval an interval without a completion happens,
+    and the run's first moments are left out). None when the fault caused none: I/O moved at once.
+
+    Not the first stall up to the fault's end: with a seamless move, a 100 ms gap of jitter 31.5 s into a 30 s
+    target-port outage was taken for the fault's stall, and the case said I/O had not moved until the path came
+    back (nvme-tcp on nvmet, CI 2026-12-02; tests/data/failover/nvme-tcp-port-down-vnode1)."""
+    found = stalls(series)
+    jitter = max(
+        (s.end_ms - s.start_ms for s in found if s.start_ms > series.start_ms and s.end_ms <= fault.start_ms),
+        default=0,
+    )
+    reach = fault.start_ms + FAULT_REACH_MS
+    caused = [
+        s
+        for s in found
+        if fault.start_ms - series.interval_ms <= s.start_ms <= reach
+        and s.end_ms > fault.start_ms
+        and s.end_ms - s.start_ms > jitter
+    ]
+    return max(caused, key=lambda s: s.end_ms - s.start_ms) if caused else None
+
+
+def pre_fault_iops(series: HostSeries, fault: Fault) -> float | None:
+    """The host's mean IOPS from the run's start to its last interval that ended before the fault; None when
+    none did."""
+    before = [i for i in series.intervals if i.end_ms <= fault.start_ms]
+    if not before:
+        return None
+    span_ms = max(i.end_ms for i in before) - series.start_ms
+    return sum(i.completions for i in before) * 1000.0 / span_ms if span_ms > 0 else None
+
+
+def _first_interval_after(series: HostSeries, fault: Fault) -> Interval | None:
+    # After the fault's stall if it caused one (I/O already on its way may complete just after the fault, as the
+    # recorded receiver-stopped run shows); without a stall, the first interval begun after the fault.
+    stall = fault_stall(series, fault)
+    after = stall.end_ms - series.interval_ms / 2 if stall is not None else fault.start_ms
+    return next((i for i in series.intervals if i.start_ms >= after), None)
+
+
+def first_io_after(series: HostSeries, fault: Fault) -> float | None:
+    """Seconds from the fault's start to the end of the first interval with completions after it (after the stall
+    it caused, if any); None when no I/O completed after the fault within the run."""
+    first = _first_interval_after(series, fault)
+    return None if first is None else (first.end_ms - fault.start_ms) / 1000.0
+
+
+def recovery_after(
+    series: HostSeries,
+    fault: Fault,
+    *,
+    fraction: float = RECOVERY_FRACTION,
+    hold_ms: int = RECOVERY_HOLD_MS,
+) -> float | None:
+    """Seconds from the fault's start until throughput is back to ``fraction`` of the pre-fault mean: the end of
+    the first interval (from the first I/O after the fault on) from which the mean over ``hold_ms`` reaches it.
+    None when it never does while ``hold_ms`` of the run is left, or there was no I/O before the fault."""
+    before = pre_fault_iops(series, fault)
+    first = _first_interval_after(series, fault)
+    if before is None or before <= 0 or first is None:
+        return None
+    wanted = fraction * before * hold_ms / 1000.0
+    for interval in series.intervals:
+        if interval.start_ms < first.start_ms:
+            continue
+        if interval.start_ms + hold_ms > series.end_ms:
+            return None
+        if series.completions(interval.start_ms, interval.start_ms + hold_ms) >= wanted:
+            return (interval.end_ms - fault.start_ms) / 1000.0
+    return None
+
+
+@dataclass(frozen=True)
+class ErrorCounts:
+    """The errors fio reported in a run: failed I/Os and blocks that failed their verify."""
+
+    io_errors: int
+    verify_errors: int
+    mismatches: tuple[Mismatch, ...] = ()
+
+
+def count_errors(result: FioResult, messages: str) -> ErrorCounts:
+    """Read a run's errors: ``messages`` is fio's stderr and stdout (where it names each failed verify).
+
+    fio's ``total_err`` (only written with ``continue_on_error``) counts every error a job went on after, failed
+    verifies included; a job that stopped at an error without it has ``error`` set and no ``total_err``, so it
+    counts as one. Verify errors are the blocks fio's messages name (:func:`fio.verify.parse_mismatches`); I/O
+    errors are the rest."""
+    mismatches = parse_mismatches(messages, host=result.host)
+    total = sum(max(job.total_err, 1 if job.error else 0) for job in result.jobs)
+    return ErrorCounts(max(total - len(mismatches), 0), len(mismatches), mismatches)
+
+
+@dataclass(frozen=True)
+class FailoverFigures:
+    """What one host saw of one fault."""
+
+    host: str
+    fault: Fault
+    stall: Stall | None
+    first_io_s: float | None
+    """None: no I/O completed after the fault within the run."""
+    recovery_s: float | None
+    """None: throughput never came back to 90% of its pre-fault mean within the run."""
+    pre_fault_iops: float | None
+    io_errors: int = 0
+    verify_errors: int = 0
+
+    @property
+    def stall_s(self) -> float:
+        """The longest stall in seconds (0 when I/O never paused for half an interval)."""
+        return self.stall.seconds if self.stall is not None else 0.0
+
+    def figures(self) -> dict[str, float]:
+        """Metric name -> value, as a case records them; a figure that could not be measured is absent."""
+        found: dict[str, float] = {
+            "stall_s": self.stall_s,
+            "io_errors": float(self.io_errors),
+            "verify_errors": float(self.verify_errors),
+        }
+        if self.first_io_s is not None:
+            found["first_io_s"] = self.first_io_s
+        if self.recovery_s is not None:
+            found["recovery_s"] = self.recovery_s
+        return found
+
+
+def throughput_points(series: HostSeries, fault: Fault) -> dict[str, list[float]]:
+    """The host's IOPS over time for the report's chart: ``t_s`` (each interval's end, seconds since the run's
+    first logged interval), ``iops``, and ``fault_s`` (the fault's start and end on the same axis). A window fio
+    logged no line for (no completion; a gap of a whole window or more) is drawn as zero: a point at zero after
+    the last line before the gap and before the first line after it."""
+    origin = series.start_ms
+    interval = series.interval_ms
+    t_s: list[float] = []
+    iops: list[float] = []
+
+    def add(ms: float, value: float) -> None:
+        t_s.append(round((ms - origin) / 1000, 3))
+        iops.append(round(value, 1))
+
+    previous: Interval | None = None
+    for item in series.intervals:
+        if previous is not None and item.start_ms - previous.end_ms >= interval:
+            add(previous.end_ms + interval / 2, 0.0)
+            add(item.start_ms - interval / 2, 0.0)
+        add(item.end_ms, item.completions * 1000 / max(item.end_ms - item.start_ms, 1))
+        previous = item
+    if previous is not None and series.end_ms - previous.end_ms > interval:
+        add(previous.end_ms + interval / 2, 0.0)
+        add(series.end_ms, 0.0)
+    return {"t_s": t_s, "iops": iops, "fault_s": [round((fault.start_ms - origin) / 1000, 3),
+                                                  round((fault.end_ms - origin) / 1000, 3)]}  # fmt: skip
+
+
+def measure(series: HostSeries, fault: Fault, errors: ErrorCounts | None = None) -> FailoverFigures:
+    """Every failover figure of one host for one fault (the stall: the run's longest, whatever caused it)."""
+    errors = errors or ErrorCounts(0, 0)
+    return FailoverFigures(
+        series.host,
+        fault,
+        longest_stall(series),
+        first_io_after(series, fault),
+        recovery_after(series, fault),
+        pre_fault_iops(series, fault),
+        errors.io_errors,
+        errors.verify_errors,
+    )
+
+
+def path_imbalance_pct(throughput: Mapping[str, float]) -> float:
+    """Percent by which the slowest path is below the fastest, from each path's throughput (IOPS or MB/s) with
+    every path up: 0 when they are equal, 100 when one path carried nothing."""
+    if len(throughput) < 2:
+        raise ValueError(f"path imbalance needs at least two paths, got {len(throughput)}")
+    if any(value < 0 for value in throughput.values()):
+        raise ValueError(f"a path's throughput cannot be negative: {dict(throughput)}")
+    fastest = max(throughput.values())
+    if fastest <= 0:
+        raise ValueError("no path carried any I/O; the imbalance cannot be computed")
+    return (fastest - min(throughput.values())) / fastest * 100.0
+
+
+def imbalance_violations(throughput: Mapping[str, float], limits: Thresholds, *, host: str) -> list[str]:
+    """The parity rule as messages: the imbalance against ``max_path_imbalance_pct``, naming both paths."""
+    limit = limits.max_path_imbalance_pct
+    if limit is None:
+        return []
+    imbalance = path_imbalance_pct(throughput)
+    if imbalance <= limit:
+        return []
+    slow = min(throughput, key=lambda p: throughput[p])
+    fast = max(throughput, key=lambda p: throughput[p])
+    return violations(
+        {"path_imbalance_pct": imbalance},
+        Thresholds(max_path_imbalance_pct=limit),
+        label=f"{host}, path {slow} against {fast} with every path up",
+        gate="failover",
+    )
+
+
+def failover_violations(
+    figures: FailoverFigures, limits: Thresholds, *, database: OracleSettings | None = None
+) -> list[str]:
+    """Every failover limit one host's figures break, each one sentence naming the host, the fault and the
+    figure against its limit; with a lab ``database``, also the Oracle CSS budget the stall threatens (when the
+    stall limit is broken, or the stall reached ``misscount`` whatever the limits say)."""
+    label = f"{figures.host}, fault {figures.fault.name}"
+    found: list[str] = []
+    lifted: dict[str, None] = {"max_path_imbalance_pct": None}  # a property of the paths, not of a fault
+    if limits.max_first_io_s is not None and figures.first_io_s is None:
+        found.append(
+            f"{label}: no I/O completed after the fault within the run "
+            f"(the maximum to the first I/O is {limits.max_first_io_s:g} s)"
+        )
+        lifted["max_first_io_s"] = None
+    if limits.max_recovery_s is not None and figures.recovery_s is None:
+        found.append(
+            f"{label}: throughput never came back to {RECOVERY_FRACTION:.0%} of its pre-fault mean within the run "
+            f"(the maximum to recovery is {limits.max_recovery_s:g} s)"
+        )
+        lifted["max_recovery_s"] = None
+    found.extend(violations(figures.figures(), limits.model_copy(update=lifted), label=label, gate="failover"))
+    if database is not None:
+        stall_broken = limits.max_stall_s is not None and figures.stall_s > limits.max_stall_s
+        if stall_broken or figures.stall_s >= database.misscount:
+            found.append(f"{label}: {rac_budget(figures.stall_s, database)}")
+    return found
+
+
+def rac_budget(stall_s: float, database: OracleSettings) -> str:
+    """What a stall of ``stall_s`` seconds means for the lab's RAC cluster, against CSS misscount and
+    disktimeout (a clause: the caller prefixes the host and fault)."""
+    misscount, disktimeout = database.misscount, database.disktimeout
+    stall = f"a {stall_s:.1f} s stall"
+    if stall_s >= disktimeout:
+        return (
+            f"{stall} is at or above Oracle CSS disktimeout ({disktimeout} s): a RAC node whose voting disks stall "
+            "this long is evicted"
+        )
+    if stall_s >= misscount:
+        return (
+            f"{stall} is at or above Oracle CSS misscount ({misscount} s): within disktimeout ({disktimeout} s), "
+            "but a node whose voting disks stall this long while the cluster reconfigures is evicted"
+        )
+    return f"{stall} is within Oracle CSS misscount ({misscount} s) and disktimeout ({disktimeout} s)"
