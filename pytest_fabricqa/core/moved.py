@@ -4,7 +4,7 @@
 suite written against an old path still imports: an old module is an alias whose names are looked up in the new
 homes, and an old name read from a package that took the module's place (``pytest_fabricqa.lab.LabModel``) is
 forwarded to the module that has it now. Either way a :class:`DeprecationWarning` names the new path. Nothing in the plugin
-uses these paths; ``tests/unit/test_moved.py`` proves every one still works.
+uses these paths; ``tests/unit/test_layers.py`` proves every one still works.
 """
 
 from __future__ import annotations
