@@ -80,6 +80,8 @@ class FakeSpdkHost(ScriptedHost):
         self.inject: dict[str, dict[str, Any]] = {}  # method -> error response to answer once
         self.on_call: dict[str, Any] = {}  # method -> callable run before answering (another session's step)
         self.exit_at_start = False
+        self.socket = SOCK  # where the app listens
+        self.other_pid = 5151  # the pid of an app fabricqa did not start
 
     # -- the app ----------------------------------------------------------------------------------------------
     def add_subsystem(
@@ -162,7 +164,7 @@ class FakeSpdkHost(ScriptedHost):
             assert argv[2] == CLIENT_SCRIPT
             if not self.python3:
                 return 127, "", "sh: 1: python3: not found\n"
-            if not self.running:
+            if not self.running or argv[4] != self.socket:
                 message = f"cannot connect to {argv[4]}: No such file or directory"
                 return 3, json.dumps({"fabricqa": "connect", "message": message, "responses": []}), ""
             responses = []
@@ -204,6 +206,11 @@ class FakeSpdkHost(ScriptedHost):
             return ""
         if argv[:3] == ("sh", "-c", PATH_KINDS):
             return "".join(f"B {p}\n" for p in argv[4:] if p in self.devices)
+        if argv[:2] == ("ss", "-Hxlp"):  # recorded shape: iproute2 6.1's ss, a UNIX listener as root
+            if not self.running:
+                return ""
+            pid = self.pid if self.started_by is not None else self.other_pid
+            return f'u_str LISTEN 0 128 {self.socket} 817598 * 0 users:(("reactor_0",pid={pid},fd=10))\n'
         if argv[0] == "ss":
             return ""
         return None
@@ -370,14 +377,95 @@ def test_a_killed_runs_objects_in_an_attached_app_are_deleted_and_foreign_ones_s
     assert target.leftovers() == []
 
 
-def test_a_marked_subsystem_without_state_file_is_ours() -> None:
-    """Killed between the create and the state file's loss (or the file lost): model and serial still say ours."""
+def test_a_marked_subsystem_no_record_lists_is_named_and_left_alone() -> None:
+    """Every run records before it creates, so a marked subsystem without a record is another session's (two labs
+    sharing a prefix, or a session whose record is on another socket): named, never deleted."""
     host = FakeSpdkHost(running=True)
     host.add_subsystem(NQN, model="fabricqa", serial=mark_serial("fabricqa"))
     host.add_subsystem(NQN2, model="fabricqa", serial=mark_serial("another-lab"))
     target = target_on(host, start=False)
-    assert target.cleanup_stale() == [f"vstor: removed SPDK subsystem {NQN}"]
-    assert set(host.subsystems) == {NQN2}
+    assert target.cleanup_stale() == [
+        f"vstor: left SPDK subsystem {NQN} on {SOCK} alone: it carries the mark but no record of this lab lists it "
+        "(another session's?)"
+    ]
+    assert set(host.subsystems) == {NQN, NQN2} and target.leftovers() == []
+
+
+def test_a_recorded_but_unmarked_subsystem_is_never_deleted() -> None:
+    """The record names it, but the live object lacks our model and serial: someone made it after our run died."""
+    host = FakeSpdkHost(running=True)
+    target_on(host, start=False).provision("nvme-tcp", UndoStack())  # killed
+    del host.subsystems[NQN]
+    host.add_subsystem(NQN)  # another tool's, same NQN, SPDK's default model and serial
+    host.bdevs.pop("fabricqa_ram0")
+    host.add_bdev("scratch_ram0", "/dev/ram0")
+    state = json.loads(host.files[remote_state := target_on(host, start=False).state_file])
+    state["bdevs"].append("scratch_ram0")  # a recorded bdev without our name: not ours either
+    host.files[remote_state] = json.dumps(state)
+    target = target_on(host, start=False)
+    assert target.cleanup_stale() == [
+        f"vstor: removed SPDK subsystem {NQN2}",
+        "vstor: removed SPDK bdev fabricqa_nvme0",
+        f"vstor: left SPDK subsystem {NQN} on {SOCK} alone: its name is recorded but it lacks fabricqa's mark "
+        "(model and serial)",
+        f"vstor: removed the stale state file {target.state_file}",
+    ]
+    assert set(host.subsystems) == {NQN} and set(host.bdevs) == {"scratch_ram0"}
+
+
+def test_objects_on_another_socket_are_never_deleted() -> None:
+    """A killed attach-mode run on one socket; the lab then points at another app's socket, holding the same NQNs
+    and bdev names unmarked. The clean-up looks only on the socket it recorded (gone now), so the other app keeps
+    everything."""
+    host = FakeSpdkHost(running=True)
+    host.socket = "/var/tmp/old.sock"
+    target_on(host, start=False, rpc_socket="/var/tmp/old.sock").provision("nvme-tcp", UndoStack())  # killed
+    host.socket = SOCK  # the old app is gone; another app answers on the lab's new socket
+    host.subsystems.clear()
+    host.bdevs.clear()
+    host.add_subsystem(NQN)
+    host.add_bdev("fabricqa_ram0", "/dev/ram0")
+    target = target_on(host, start=False)
+    assert target.cleanup_stale() == [f"vstor: removed the stale state file {target.state_file}"]
+    assert set(host.subsystems) == {NQN} and set(host.bdevs) == {"fabricqa_ram0"}
+
+
+def test_a_killed_runs_objects_are_cleaned_on_the_socket_it_recorded() -> None:
+    """The same, with the old app still up: its marked objects go, from the socket the record names."""
+    host = FakeSpdkHost(running=True)
+    host.socket = "/var/tmp/old.sock"
+    target_on(host, start=False, rpc_socket="/var/tmp/old.sock").provision("nvme-tcp", UndoStack())  # killed
+    target = target_on(host, start=False)  # the lab now names the default socket
+    assert f"vstor: removed SPDK subsystem {NQN}" in target.cleanup_stale()
+    assert host.subsystems == {} and host.bdevs == {}
+
+
+def test_an_app_that_replaced_the_one_we_attached_to_holds_nothing_of_ours() -> None:
+    """Attach mode records the pid listening on the socket; another pid there now means another app."""
+    host = FakeSpdkHost(running=True)
+    target_on(host, start=False).provision("nvme-tcp", UndoStack())  # killed
+    host.other_pid = 6262  # the app was restarted; someone re-created the lab's objects, marks and all
+    target = target_on(host, start=False)
+    assert target.leftovers() == [f"vstor: state file {target.state_file} is still there"]
+    assert target.cleanup_stale() == [f"vstor: removed the stale state file {target.state_file}"]
+    assert set(host.subsystems) == {NQN, NQN2}
+
+
+def test_start_mode_refuses_an_answer_from_another_app_on_the_socket() -> None:
+    """framework_wait_init answered, but ss names another pid on the socket: our app is stopped, nothing made."""
+    host = FakeSpdkHost()
+    original = host.answer
+
+    def someone_elses(argv: tuple[str, ...]) -> Answer:
+        if argv[:2] == ("ss", "-Hxlp") and host.running:
+            return f'u_str LISTEN 0 128 {SOCK} 1 * 0 users:(("reactor_0",pid={host.other_pid},fd=10))\n'
+        return original(argv)
+
+    host.answer = someone_elses  # type: ignore[method-assign]
+    undo = UndoStack()
+    with pytest.raises(ProvisionError, match=f"is pid {host.other_pid}, not the nvmf_tgt fabricqa just started"):
+        target_on(host, **START).provision("nvme-tcp", undo)
+    assert undo.unwind() == [] and not host.running and host.files == {}
 
 
 def test_an_rpc_error_is_one_line_with_method_parameters_and_spdks_message() -> None:
@@ -430,10 +518,13 @@ def test_refusals_are_one_line_and_make_nothing() -> None:
         assert (host.subsystems, host.bdevs, host.running) == before
 
 
-def test_a_subsystem_made_by_someone_else_meanwhile_is_not_removed_by_our_undo() -> None:
-    """The guard fires: without the discard, teardown would delete the other session's subsystem."""
+@pytest.mark.parametrize("marked", [False, True], ids=["unmarked", "marked-by-a-session-sharing-the-prefix"])
+def test_a_subsystem_made_by_someone_else_meanwhile_is_not_removed_by_our_undo(marked: bool) -> None:
+    """The guard fires: without the discard, teardown would delete the other session's subsystem, even one that
+    carries our mark (another session with the same prefix made it)."""
     host = FakeSpdkHost(running=True)
-    host.on_call["nvmf_create_subsystem"] = lambda: host.add_subsystem(NQN)
+    mark = {"model": "fabricqa", "serial": mark_serial("fabricqa")} if marked else {}
+    host.on_call["nvmf_create_subsystem"] = lambda: host.add_subsystem(NQN, **mark)
     target = target_on(host, start=False)
     undo = UndoStack()
     with pytest.raises(ProvisionError, match="appeared while fabricqa was creating it"):

@@ -6,6 +6,7 @@ Every script is fixed text; paths and numbers arrive as positional arguments (``
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from pytest_fabricqa.lab.model import SPDK_DEFAULT_CORE_MASK, SpdkSettings
@@ -175,6 +176,23 @@ def stop(host: Host, pid: int, binary: str, socket: str) -> str:
     """Stop the nvmf_tgt ``pid`` if it is still the one we started; GONE, STOPPED or KILLED."""
     out = host.run(["sh", "-c", STOP_SCRIPT, "sh", str(pid), binary, socket], timeout=60).stdout
     return out.strip().splitlines()[-1] if out.strip() else "GONE"
+
+
+def socket_pid(host: Host, socket: str) -> int | None:
+    """The pid of the process listening on the UNIX socket ``socket`` on ``host``, as ``ss -Hxlp`` names it; None
+    when no process listens there or ``ss`` cannot say (it names the holder only to root)."""
+    out = host.run(["ss", "-Hxlp"], check=False).stdout
+    return parse_socket_pid(out, socket)
+
+
+def parse_socket_pid(text: str, socket: str) -> int | None:
+    """``ss -Hxlp`` output -> the pid listening on ``socket`` (the path is the fifth field), or None."""
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) > 4 and fields[4] == socket:
+            found = re.search(r"pid=(\d+)", line)
+            return int(found.group(1)) if found else None
+    return None
 
 
 def log_tail(host: Host, log: str) -> str:

@@ -87,14 +87,32 @@ def parse_snapshot(responses: list[dict[str, Any]]) -> SpdkSnapshot:
     return SpdkSnapshot(True, subsystems, bdevs, transports)
 
 
+@dataclass
+class Owned:
+    """What of an SPDK app is ours, on the socket the record names; ``alone``: sentences naming what is marked or
+    recorded but not both, left alone."""
+
+    socket: str
+    has_state: bool
+    apps: list[int] = field(default_factory=list)
+    subsystems: list[str] = field(default_factory=list)
+    bdevs: list[str] = field(default_factory=list)
+    alone: list[str] = field(default_factory=list)
+
+
 class SpdkTarget(ConfigfsTarget):
     """SPDK's NVMe-oF target (``nvmf_tgt``) on a lab host, driven through its JSON-RPC socket.
 
-    Ownership as for nvmet: the state file ``/run/fabricqa/<name_prefix>-spdk.json`` lists the subsystems and bdevs
-    about to be made (and the app, when this plugin starts it) before the first one exists, and goes when the last
-    is gone. Subsystems also carry the mark: model number = the name prefix, serial number derived from it
-    (:func:`mark_serial`); bdevs are named ``<name_prefix>_<device>``. Objects in neither are never touched. A
-    transport, once created in an app this plugin did not start, stays: SPDK 23.01 has no RPC to delete one.
+    Ownership is checked twice before anything is deleted. The state file ``/run/fabricqa/<name_prefix>-spdk.json``
+    lists the RPC socket, the subsystems and bdevs about to be made and the app (the nvmf_tgt this plugin started,
+    or the pid listening on the socket it attached to) before the first object exists, and goes when the last is
+    gone. Subsystems also carry the mark: model number = the name prefix, serial number derived from it
+    (:func:`mark_serial`); bdevs are named ``<name_prefix>_<device>``. An object counts as ours only when the
+    record lists it *and* it carries the mark, in the app the record names, on the socket the record names: a
+    killed run's objects are cleaned on its own socket even when the lab now points at another, and an app that
+    replaced the recorded one holds nothing of ours. A marked subsystem no record lists is another session's: the
+    clean-up names it and leaves it alone. A transport, once created in an app this plugin did not start, stays:
+    SPDK 23.01 has no RPC to delete one.
     """
 
     kind = "spdk"
@@ -117,17 +135,19 @@ class SpdkTarget(ConfigfsTarget):
             self._facts = app.probe(self.host, self.settings)
         return self._facts
 
-    def rpc(self) -> RpcClient:
-        """The JSON-RPC client for the app on the lab's socket (SPDK's own where rpc.py is there)."""
-        return RpcClient(self.host, self.settings.rpc_socket, self.facts().client_mode, self.settings.rpc_timeout)
+    def rpc(self, socket: str | None = None) -> RpcClient:
+        """The JSON-RPC client for the app on the lab's socket, or on ``socket`` (SPDK's own where rpc.py is)."""
+        sock = socket or self.settings.rpc_socket
+        return RpcClient(self.host, sock, self.facts().client_mode, self.settings.rpc_timeout)
 
-    def snapshot(self) -> SpdkSnapshot:
-        """Subsystems, bdevs and transports of the app on the socket, in one round trip (not loaded: no app)."""
+    def snapshot(self, socket: str | None = None) -> SpdkSnapshot:
+        """Subsystems, bdevs and transports of the app on the lab's socket (or ``socket``), in one round trip (not
+        loaded: no app)."""
         if not self.facts().python3:
             # No client can run, so no run of ours made anything here: the leftovers gate need not fail on it.
             return SpdkSnapshot(loaded=False, unreachable="python3 is missing on the target host")
         try:
-            responses = self.rpc().batch(list(SNAPSHOT_CALLS))
+            responses = self.rpc(socket).batch(list(SNAPSHOT_CALLS))
         except SpdkUnreachable as exc:
             if exc.reason in ("connect", "exited"):
                 return SpdkSnapshot(loaded=False, unreachable=exc.what)
@@ -190,6 +210,8 @@ class SpdkTarget(ConfigfsTarget):
             "subsystems": [s.nqn for s in plan.subsystems],
             "bdevs": sorted(set(bdevs.values())),
         }
+        if binary is None and (listener := app.socket_pid(self.host, self.settings.rpc_socket)) is not None:
+            state["attached_pid"] = listener  # the app provisioned into: one that replaces it holds nothing of ours
         if binary is not None:
             state["app"] = {
                 "binary": binary,
@@ -316,6 +338,14 @@ class SpdkTarget(ConfigfsTarget):
                 f"nvmf_tgt (pid {pid}) {why}: {app.log_tail(self.host, self.log)}",
                 f"see {self.log} on the target host; check {self.where}.spdk (core_mask, mem_size_mb, no_huge)",
             ) from None
+        # The answer must come from the app just started, not from another that took the socket meanwhile.
+        listener = app.socket_pid(self.host, self.settings.rpc_socket)
+        if listener is not None and listener != pid:
+            raise self._fail(
+                f"the SPDK app answering on {self.settings.rpc_socket} is pid {listener}, not the nvmf_tgt fabricqa "
+                f"just started (pid {pid})",
+                f"stop the other app, or give {self.where}.spdk.rpc_socket another path",
+            )
 
     def _make_transport(self, rpc: RpcClient, trtype: str, snap: SpdkSnapshot | None) -> None:
         present = snap.transports if snap is not None else self.snapshot().transports
@@ -371,7 +401,8 @@ class SpdkTarget(ConfigfsTarget):
         _, error = rpc.try_call("nvmf_create_subsystem", params)
         if error is not None:
             now = self.snapshot()
-            if sub.nqn in now.subsystems and sub.nqn not in self._marked(now):
+            if sub.nqn in now.subsystems:
+                # Made by another session or tool since the snapshot, marked or not: never ours to remove.
                 discard()
                 self._forget(state, "subsystems", sub.nqn)
                 raise self._fail(
@@ -418,7 +449,7 @@ class SpdkTarget(ConfigfsTarget):
         snap = self.snapshot()
         if not snap.loaded:
             return
-        if what == "subsystem" and name in snap.subsystems:
+        if what == "subsystem" and name in self._marked(snap):
             self.rpc().call("nvmf_delete_subsystem", {"nqn": name})
         elif what == "bdev" and name in snap.bdevs:
             self.rpc().call("bdev_aio_delete", {"name": name})
@@ -449,53 +480,83 @@ class SpdkTarget(ConfigfsTarget):
             if sub.get("model_number") == self.mark and sub.get("serial_number") == self.serial
         ]
 
-    def _ours(self, snap: SpdkSnapshot) -> tuple[list[int], list[str], list[str], bool]:
+    def _owned(self) -> Owned:
+        """What of the recorded app is ours now: the record lists it and it carries the mark (see the class)."""
         state = remote.read_state(self.host, self.state_file)
         recorded = state or {}
+        socket = str(recorded.get("socket") or self.settings.rpc_socket)
+        snap = self.snapshot(socket)
+        owned = Owned(socket=socket, has_state=state is not None)
+        marked = self._marked(snap)
+        if state is None:
+            owned.alone = [self._alone(nqn, socket) for nqn in marked]
+            return owned
         app_pid = self._app_ours(state)
         if isinstance(recorded.get("app"), dict) and app_pid is None:
-            # The app we started is gone and its objects with it; an app now on the socket is someone else's.
-            return [], [], [], state is not None
-        subsystems = [s for s in recorded.get("subsystems", []) if s in snap.subsystems]
-        subsystems += [nqn for nqn in self._marked(snap) if nqn not in subsystems]
-        bdevs = [b for b in recorded.get("bdevs", []) if b in snap.bdevs]
-        return ([app_pid] if app_pid else []), subsystems, bdevs, state is not None
+            return owned  # the app we started is gone and its objects with it; one now on the socket is not ours
+        attached = recorded.get("attached_pid")
+        if isinstance(attached, int) and snap.loaded:
+            listener = app.socket_pid(self.host, socket)
+            if listener is not None and listener != attached:
+                return owned  # the app we provisioned into was replaced: what the new one holds is not ours
+        names = [s for s in recorded.get("subsystems", []) if isinstance(s, str)]
+        owned.apps = [app_pid] if app_pid else []
+        owned.subsystems = [nqn for nqn in names if nqn in marked]
+        owned.alone = [
+            self._alone(nqn, socket, recorded=nqn in names)
+            for nqn in snap.subsystems
+            if nqn not in owned.subsystems and (nqn in marked or nqn in names)
+        ]
+        owned.bdevs = [
+            b
+            for b in recorded.get("bdevs", [])
+            if isinstance(b, str) and b in snap.bdevs and b.startswith(f"{self.model.name_prefix}_")
+        ]
+        return owned
+
+    def _alone(self, nqn: str, socket: str, *, recorded: bool = False) -> str:
+        why = (
+            "its name is recorded but it lacks fabricqa's mark (model and serial)"
+            if recorded
+            else "it carries the mark but no record of this lab lists it (another session's?)"
+        )
+        return f"{self.host.name}: left SPDK subsystem {nqn} on {socket} alone: {why}"
 
     def _owned_now(self) -> tuple[list[int], list[str], list[str]]:
-        apps, subsystems, bdevs, _ = self._ours(self.snapshot())
-        return apps, subsystems, bdevs
+        owned = self._owned()
+        return owned.apps, owned.subsystems, owned.bdevs
 
     def cleanup_stale(self) -> list[str]:
         """Stop the nvmf_tgt an earlier run started (its objects go with it), or delete the subsystems and bdevs it
-        recorded or marked in an app it attached to; then its state file."""
-        snap = self.snapshot()
-        apps, subsystems, bdevs, has_state = self._ours(snap)
+        recorded and marked in the app it attached to, on the socket it recorded; then its state file. What is
+        marked or recorded but not both is named, and left alone."""
+        owned = self._owned()
         removed: list[str] = []
-        if apps:
+        if owned.apps:
             self._stop_app()
             removed.append(
-                f"{self.host.name}: stopped nvmf_tgt (pid {apps[0]}) an earlier run started, with its subsystems "
-                f"{', '.join(subsystems) or '(none)'}"
+                f"{self.host.name}: stopped nvmf_tgt (pid {owned.apps[0]}) an earlier run started, with its "
+                f"subsystems {', '.join(owned.subsystems) or '(none)'}"
             )
-            return removed + self._drop_stale_state(has_state)
-        rpc = self.rpc()
-        for nqn in subsystems:
+            return removed + owned.alone + self._drop_stale_state(owned.has_state)
+        rpc = self.rpc(owned.socket)
+        for nqn in owned.subsystems:
             rpc.call("nvmf_delete_subsystem", {"nqn": nqn})
             removed.append(f"{self.host.name}: removed SPDK subsystem {nqn}")
-        for name in bdevs:
+        for name in owned.bdevs:
             rpc.call("bdev_aio_delete", {"name": name})
             removed.append(f"{self.host.name}: removed SPDK bdev {name}")
-        if has_state:
+        if owned.has_state:
             self.host.run(["rm", "-f", self.pidfile])
-        return removed + self._drop_stale_state(has_state)
+        return removed + owned.alone + self._drop_stale_state(owned.has_state)
 
     def leftovers(self) -> list[str]:
         """The nvmf_tgt, subsystems and bdevs this plugin made that are still there, and its state file."""
-        apps, subsystems, bdevs, has_state = self._ours(self.snapshot())
-        found = [f"{self.host.name}: nvmf_tgt pid {p} started by fabricqa is still running" for p in apps]
-        found += [f"{self.host.name}: SPDK subsystem {s} is still configured" for s in subsystems]
-        found += [f"{self.host.name}: SPDK bdev {b} is still configured" for b in bdevs]
-        if has_state:
+        owned = self._owned()
+        found = [f"{self.host.name}: nvmf_tgt pid {p} started by fabricqa is still running" for p in owned.apps]
+        found += [f"{self.host.name}: SPDK subsystem {s} is still configured" for s in owned.subsystems]
+        found += [f"{self.host.name}: SPDK bdev {b} is still configured" for b in owned.bdevs]
+        if owned.has_state:
             found.append(f"{self.host.name}: state file {self.state_file} is still there")
         return found
 
