@@ -84,18 +84,37 @@ done
 exit 0
 """
 
-# One management command ($1) into a mgmt file or attribute ($2). SCST may answer EAGAIN, meaning "queued": then
-# last_sysfs_mgmt_res gives the outcome once it is known (scst/README, "last_sysfs_mgmt_res").
+MGMT_RESULT = f"{ROOT}/last_sysfs_mgmt_res"
+MGMT_WAIT_S = 300  # how long a queued command is waited for
+# One management command ($1) into a mgmt file or attribute ($2); $3: SCST's last_sysfs_mgmt_res, $4: seconds to
+# wait. SCST answers EAGAIN when a command takes longer than 15 s, meaning "queued": last_sysfs_mgmt_res then gives
+# the outcome once it is known, and reading it answers EAGAIN while it is pending (scst/README,
+# "last_sysfs_mgmt_res"). The write goes through coreutils' printf (``env printf``): dash's builtin reports every
+# failed write as "I/O error", coreutils' prints strerror, "Resource temporarily unavailable" for EAGAIN
+# (tests/data/scst/README.md has both, recorded). A queued command is waited for, so what it makes is ours.
 MGMT_SCRIPT = r"""
-if out=$( (printf %s "$1" > "$2") 2>&1); then exit 0; fi
+if out=$(env printf %s "$1" 2>&1 > "$2"); then exit 0; fi
 case "$out" in *"temporarily unavailable"*) ;; *) printf '%s\n' "$out" >&2; exit 1;; esac
+i=0
 while :; do
-  if res=$(cat /sys/kernel/scst_tgt/last_sysfs_mgmt_res 2>&1); then
+  if res=$(cat "$3" 2>&1); then
     [ "$res" = 0 ] && exit 0
     printf 'SCST answered %s to "%s"\n' "$res" "$1" >&2; exit 1
   fi
-  case "$res" in *"temporarily unavailable"*) sleep 1;; *) printf '%s\n' "$res" >&2; exit 1;; esac
+  case "$res" in *"temporarily unavailable"*) ;; *) printf '%s\n' "$res" >&2; exit 1;; esac
+  i=$((i+1))
+  [ "$i" -lt "$4" ] || { printf 'SCST still busy with "%s" after %s s\n' "$1" "$4" >&2; exit 1; }
+  sleep 1
 done
+"""
+
+# argv: pid, state file. STARTED when process $1 started at or after the state file was last written (so after the
+# "daemon: starting" marker that precedes our start of iscsi-scstd), else EARLIER.
+STARTED_SCRIPT = r"""
+e=$(ps -o etimes= -p "$1" 2>/dev/null | tr -d ' ')
+m=$(stat -c %Y "$2" 2>/dev/null)
+[ -n "$e" ] && [ -n "$m" ] || { echo EARLIER; exit 0; }
+[ $(( $(date +%s) - e )) -ge $(( m - 1 )) ] && echo STARTED || echo EARLIER
 """
 
 # Whether the iscsi-scstd of pid $1 holds /dev/isert_scst open: it opens it at start, when isert_scst is loaded.
@@ -168,7 +187,7 @@ def parse_snapshot(text: str) -> ScstSnapshot:
 
 def mgmt(host: Host, path: str, command: str) -> None:
     """Send one SCST management command (or attribute value) to ``path``, waiting out SCST's EAGAIN."""
-    host.run(["sh", "-c", MGMT_SCRIPT, "sh", command, path])
+    host.run(["sh", "-c", MGMT_SCRIPT, "sh", command, path, MGMT_RESULT, str(MGMT_WAIT_S)])
 
 
 class ScstTarget(ConfigfsTarget):
@@ -406,9 +425,23 @@ class ScstTarget(ConfigfsTarget):
             remote.write(self.host, f"{ISCSI}/enabled", "0")
 
     # -- the daemon -----------------------------------------------------------------------------------------
+    def _recorded_daemon(self, running: int | None) -> int | None:
+        """The pid of the iscsi-scstd the state file says this plugin started: its ``daemon_pid``, or, when a run was
+        killed between the ``daemon: starting`` marker and that pid, the ``running`` daemon if it started after the
+        marker was written (nobody else starts one on a host while our marker says we are starting it)."""
+        state = remote.read_state(self.host, self.state_file) or {}
+        recorded = state.get("daemon_pid")
+        if isinstance(recorded, int):
+            return recorded
+        if state.get("daemon") == "starting" and running is not None:
+            out = self.host.run(["sh", "-c", STARTED_SCRIPT, "sh", str(running), self.state_file], check=False)
+            if out.stdout.strip() == "STARTED":
+                return running
+        return None
+
     def _start_daemon(self, plan: ScsiPlan, undo: UndoStack, state: dict[str, Any]) -> None:
-        recorded = (remote.read_state(self.host, self.state_file) or {}).get("daemon_pid")
         running = daemon_pid(self.host, DAEMON_PID_FILE, DAEMON)
+        recorded = self._recorded_daemon(running)
         if running is not None and running == recorded:
             # Started by an earlier run and kept up by someone else's target since: ours to use and to stop.
             state["daemon_pid"] = running
@@ -442,9 +475,8 @@ class ScstTarget(ConfigfsTarget):
     def stop_daemon(self) -> None:
         """Stop the iscsi-scstd this plugin started (idempotent) -- unless a foreign target is on it: its exit
         would delete every iSCSI target."""
-        recorded = (remote.read_state(self.host, self.state_file) or {}).get("daemon_pid")
         pid = daemon_pid(self.host, DAEMON_PID_FILE, DAEMON)
-        if pid is None or pid != recorded:
+        if pid is None or pid != self._recorded_daemon(pid):
             return
         others = list(self.snapshot().targets)
         if others:
@@ -489,9 +521,8 @@ class ScstTarget(ConfigfsTarget):
         return [targets, devices, [str(p)] if (p := self._our_daemon()) else []]
 
     def _our_daemon(self) -> int | None:
-        recorded = (remote.read_state(self.host, self.state_file) or {}).get("daemon_pid")
         pid = daemon_pid(self.host, DAEMON_PID_FILE, DAEMON)
-        return pid if pid is not None and pid == recorded else None
+        return pid if pid is not None and pid == self._recorded_daemon(pid) else None
 
     def cleanup_stale(self) -> list[str]:
         """Remove the targets and devices an earlier run left, stop the iscsi-scstd it started, drop its state."""
@@ -506,12 +537,16 @@ class ScstTarget(ConfigfsTarget):
             for name in devices:
                 self.remove_device(name)
                 removed.append(f"{self.host.name}: removed SCST device {name}")
-        if self._our_daemon() is not None:
+        pid = self._our_daemon()
+        if pid is not None:
             try:
                 self.stop_daemon()
                 removed.append(f"{self.host.name}: stopped the {DAEMON} an earlier run started")
-            except ProvisionError:
-                pass  # someone else's target is on it now: it stays, and the leftovers gate names it
+            except ProvisionError as exc:
+                # Someone else's target is on it now: it stays up, and so does its record, the only thing that
+                # says it is ours (the next run reuses it, the leftovers gate names it).
+                remote.write_state(self.host, self.state_file, {"kind": "scst", "daemon_pid": pid})
+                return [*removed, f"{self.host.name}: left the {DAEMON} an earlier run started running: {exc.what}"]
         return removed + self._drop_stale_state(has_state)
 
     def leftovers(self) -> list[str]:

@@ -8,7 +8,11 @@ tests/vlab/test_scst_tgt_vlab.py runs the same driver against the real modules.
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
+import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,7 @@ from pytest_fabricqa.targets.scst import (
     MGMT_SCRIPT,
     ROOT,
     SNAPSHOT_SCRIPT,
+    STARTED_SCRIPT,
     ScstTarget,
     parse_snapshot,
 )
@@ -55,6 +60,7 @@ class FakeScst(ScriptedHost):
         self.fs: dict[str, str] = {}
         self.mgmt_log: list[tuple[str, str]] = []  # (path under ROOT, command)
         self.fail: dict[str, str] = {}  # a substring of a mgmt command -> the shell's error text
+        self.started_after_marker = True  # what STARTED_SCRIPT says of a running daemon
 
     def add_foreign(self, iqn: str = FOREIGN, device: str = "prod_lun") -> None:
         self.devices[device] = {"handler": "vdisk_fileio", "filename": "/tmp/foreign", "usn": "1a2b3c4d"}
@@ -116,6 +122,8 @@ class FakeScst(ScriptedHost):
             return f"{self.targets[iqn]['qc']}\n" if iqn in self.targets else (1, "", "No such file")  # head's line 1
         if script == MGMT_SCRIPT:
             return self.mgmt(args[0], args[1])
+        if script == STARTED_SCRIPT:
+            return "STARTED\n" if self.started_after_marker else "EARLIER\n"
         if script == ISER_SCRIPT:
             return "yes\n" if self.iser_listening else "no\n"
         if "/proc/$p/comm" in script:  # scsi.PID_SCRIPT
@@ -145,7 +153,7 @@ class FakeScst(ScriptedHost):
             handler = path.split("/")[-2]
             if words[0] == "add_device":
                 if words[1] in self.devices:
-                    return (1, "", "sh: 1: printf: I/O error")
+                    return (1, "", "printf: write error: Invalid argument")
                 filename = command.split("filename=")[1].split(";")[0]
                 self.devices[words[1]] = {"handler": handler, "filename": filename, "usn": "abc123"}
             elif words[0] == "del_device":
@@ -158,10 +166,10 @@ class FakeScst(ScriptedHost):
             return ""
         if path == f"{ISCSI}/mgmt":
             if self.daemon_pid is None:
-                return (1, "", "sh: 1: printf: I/O error")
+                return (1, "", "printf: write error: Invalid argument")
             if words[0] == "add_target":
                 if words[1] in self.targets:
-                    return (1, "", "sh: 1: printf: I/O error")
+                    return (1, "", "printf: write error: Invalid argument")
                 self.targets[words[1]] = self._new_target(words[1])
             elif words[0] == "del_target":
                 self.targets.pop(words[1])
@@ -506,3 +514,138 @@ def test_a_missing_backing_file_says_how_seed_000_made_it(tmp_path: Path) -> Non
         "000 did) or fix targets[0].devices.file2.path"
     )
     assert host.mgmt_log == []
+
+
+RECORDED = Path(__file__).parents[1] / "data" / "scst"
+
+
+def _recorded(name: str, script: str) -> str:
+    """The stderr line a recorded command printed (tests/data/scst/README.md says how it was recorded)."""
+    text = (RECORDED / name).read_text().split("\n")
+    return text[text.index(next(line for line in text if line.startswith("# ") and script in line)) + 1]
+
+
+def _run_mgmt(tmp_path: Path, write_error: str | None, pending: int, result: str, wait: int = 30) -> tuple[int, str]:
+    """MGMT_SCRIPT under dash, with ``printf`` and ``cat`` on PATH replaced by ones that print what coreutils printed
+    for a real EAGAIN (recorded); ``pending``: how many reads of the result file answer EAGAIN first."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "write-error").write_text(write_error or "")
+    fakes = {
+        "printf": f'[ -s {tmp_path}/write-error ] && {{ /usr/bin/cat {tmp_path}/write-error >&2; exit 1; }}; exec /usr/bin/printf "$@"',
+        "cat": (
+            f"n=$(/usr/bin/cat {tmp_path}/reads 2>/dev/null || echo 0); echo $((n+1)) > {tmp_path}/reads; "
+            f'if [ "$n" -lt {pending} ]; then echo "cat: $1: {_recorded("eagain-cat.txt", "cat").split(": ", 2)[2]}" >&2; '
+            'exit 1; fi; exec /usr/bin/cat "$@"'
+        ),
+        "sleep": "exit 0",
+    }
+    for name, body in fakes.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "res").write_text(result + "\n")
+    done = subprocess.run(
+        [
+            "dash",
+            "-c",
+            MGMT_SCRIPT,
+            "sh",
+            "add_device fabricqa_ram0 filename=/dev/ram0",
+            str(tmp_path / "mgmt"),
+            str(tmp_path / "res"),
+            str(wait),
+        ],
+        capture_output=True,
+        text=True,
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "LANG": "C"},
+        check=False,
+    )
+    return done.returncode, done.stderr.strip()
+
+
+EAGAIN_WRITE = _recorded("eagain-write.txt", "env printf")
+
+
+def test_a_queued_command_is_recognised_from_what_coreutils_prints_and_waited_for(tmp_path: Path) -> None:
+    assert "temporarily unavailable" in EAGAIN_WRITE
+    # dash's builtin prints "I/O error" for the same EAGAIN: the reason the write goes through `env printf`.
+    assert "temporarily unavailable" not in _recorded("eagain-write.txt", "'printf")
+    assert "env printf" in MGMT_SCRIPT
+    assert _run_mgmt(tmp_path, EAGAIN_WRITE, pending=2, result="0") == (0, "")
+    assert (tmp_path / "reads").read_text().strip() == "3"  # two pending reads, then the outcome
+
+
+def test_a_queued_command_that_fails_or_never_ends_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    code, err = _run_mgmt(tmp_path / "a", EAGAIN_WRITE, pending=1, result="-22")
+    assert code == 1 and err == 'SCST answered -22 to "add_device fabricqa_ram0 filename=/dev/ram0"'
+    (tmp_path / "b").mkdir()
+    code, err = _run_mgmt(tmp_path / "b", EAGAIN_WRITE, pending=99, result="0", wait=3)
+    assert code == 1 and err == 'SCST still busy with "add_device fabricqa_ram0 filename=/dev/ram0" after 3 s'
+
+
+def test_another_write_error_is_passed_on_at_once(tmp_path: Path) -> None:
+    code, err = _run_mgmt(tmp_path, "printf: write error: Invalid argument", pending=0, result="0")
+    assert (code, err) == (1, "printf: write error: Invalid argument")
+    assert not (tmp_path / "reads").exists()  # no wait for an outcome that is already known
+
+
+def test_a_plain_write_lands(tmp_path: Path) -> None:
+    assert _run_mgmt(tmp_path, None, pending=0, result="0") == (0, "")
+    assert (tmp_path / "mgmt").read_text() == "add_device fabricqa_ram0 filename=/dev/ram0"
+
+
+def test_a_refused_stop_keeps_the_daemons_record(tmp_path: Path) -> None:
+    """Killed with a foreign target since put on our iscsi-scstd: the clean-up cannot stop it, so the record that it
+    is ours stays; the leftovers gate names it and the next run uses it instead of refusing it as foreign."""
+    lab = _vlab(tmp_path, scst="{daemon: start}")
+    host = FakeScst(daemon=False)
+    _target(lab, host, "iscsi").provision("iscsi", UndoStack())  # killed
+    host.add_foreign()
+    target = _target(lab, host, "iscsi")
+    removed = target.cleanup_stale()
+    assert removed[-1] == (
+        "vstor: left the iscsi-scstd an earlier run started running: the iscsi-scstd fabricqa started (pid 5151) "
+        f"still serves {FOREIGN}, not fabricqa's"
+    )
+    assert json.loads(host.fs[target.state_file]) == {"kind": "scst", "daemon_pid": 5151}
+    assert "vstor: the iscsi-scstd fabricqa started (pid 5151) is still running" in target.leftovers()
+    undo = UndoStack()
+    target.provision("iscsi", undo)  # not "already running and fabricqa did not start it"
+    assert host.daemon_pid == 5151 and IQN in host.targets
+
+
+@pytest.mark.parametrize("started_after_marker", [True, False])
+def test_the_starting_marker_is_honoured(tmp_path: Path, started_after_marker: bool) -> None:
+    """Killed between the "daemon: starting" marker and the recorded pid: a daemon that started after the marker is
+    ours (stopped by the clean-up); one that was running before it is not (left alone, and refused)."""
+    lab = _vlab(tmp_path, scst="{daemon: start}")
+    host = FakeScst(daemon=False)
+    host.started_after_marker = started_after_marker
+    target = _target(lab, host, "iscsi")
+    host.fs[target.state_file] = json.dumps({"kind": "scst", "devices": [], "targets": [], "daemon": "starting"})
+    host.daemon_pid = 5151
+    removed = target.cleanup_stale()
+    if started_after_marker:
+        assert removed[0] == "vstor: stopped the iscsi-scstd an earlier run started" and host.daemon_pid is None
+    else:
+        assert host.daemon_pid == 5151 and not any("iscsi-scstd" in r for r in removed)
+        with pytest.raises(ProvisionError, match=r"already running \(pid 5151\) and fabricqa did not start it"):
+            target.provision("iscsi", UndoStack())
+
+
+def test_the_started_script_compares_a_process_start_with_the_markers_time(tmp_path: Path) -> None:
+    marker = tmp_path / "state.json"
+    marker.write_text("{}")
+    os.utime(marker, (time.time() - 3600, time.time() - 3600))
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        run = partial(subprocess.run, capture_output=True, text=True, check=True)
+        assert run(["dash", "-c", STARTED_SCRIPT, "sh", str(child.pid), str(marker)]).stdout == "STARTED\n"
+        marker.write_text("{}")  # written now: the child started before it
+        os.utime(marker, (time.time() + 5, time.time() + 5))
+        assert run(["dash", "-c", STARTED_SCRIPT, "sh", str(child.pid), str(marker)]).stdout == "EARLIER\n"
+        assert run(["dash", "-c", STARTED_SCRIPT, "sh", "999999999", str(marker)]).stdout == "EARLIER\n"
+    finally:
+        child.kill()
+        child.wait()
