@@ -74,7 +74,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _lab(tmp: Path, start: bool = True, rpc_py: str | None = None) -> LabModel:
+def _lab(tmp: Path, start: bool = True, rpc_py: str | None = None, prefix: str = "") -> LabModel:
     disk = tmp / "disk0.img"
     if not disk.exists():
         with disk.open("wb") as f:
@@ -104,7 +104,7 @@ def _lab(tmp: Path, start: bool = True, rpc_py: str | None = None) -> LabModel:
                 "protocols": ["nvme-tcp"],
                 "devices": {"disk0": {"path": str(disk), "writable": True}},
                 "nvme": {"port": _free_port(), "subsystems": [{"nqn": NQN, "namespaces": ["disk0"]}]},
-                "name_prefix": f"fqa-it{os.getpid()}",
+                "name_prefix": prefix or f"fqa-it{os.getpid()}",
                 "spdk": spdk,
             }
         ],
@@ -114,6 +114,18 @@ def _lab(tmp: Path, start: bool = True, rpc_py: str | None = None) -> LabModel:
 
 def _target(lab: LabModel) -> SpdkTarget:
     return SpdkTarget(lab, lab.targets[0], {"localhost": LocalHost("localhost")})
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_dead_runs_app(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A test process killed mid-test leaves its nvmf_tgt (prefix ``fqa-it<its pid>``) holding core 0's lock, and
+    every start here then fails ("Cannot create lock on core 0"): such an app is stopped first, by the clean-up a
+    user's next run does. A live process's app is never touched."""
+    for state in Path("/run/fabricqa").glob("fqa-it*-spdk.json"):
+        prefix = state.name.removesuffix("-spdk.json")
+        pid = prefix.removeprefix("fqa-it")
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            _target(_lab(tmp_path_factory.mktemp("dead"), prefix=prefix)).cleanup_stale()
 
 
 @pytest.fixture
@@ -217,6 +229,8 @@ def test_attached_app_keeps_what_we_did_not_make(tmp: Path) -> None:
         try:
             target.provision("nvme-tcp", undo)
             assert NQN in target.snapshot().subsystems
+            # The record names the app provisioned into, as ss sees it: one that replaces it holds nothing of ours.
+            assert json.loads(Path(target.state_file).read_text())["attached_pid"] == app.pid
         finally:
             assert undo.unwind() == []
         after = target.snapshot()
