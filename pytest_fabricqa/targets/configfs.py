@@ -3,6 +3,11 @@ creation, and the ownership state file on the target host (:mod:`pytest_fabricqa
 
 A subclass names its ``kind``, reads its tree with :meth:`snapshot` and says which objects of a snapshot are its
 own with :meth:`_ours` (the lists of objects, then whether a state file exists).
+
+Every record names the lab that wrote it (``lab``). A record of another lab is never read as this lab's, cleaned,
+or written over: two labs whose targets share a host and a ``name_prefix`` share the record's file name, so the
+first of them to meet the other's record stops with one line (:class:`ForeignRecord`) that says to give one of them
+its own prefix. A record without ``lab`` (written before records named their lab) counts as this lab's.
 """
 
 from __future__ import annotations
@@ -18,6 +23,10 @@ from pytest_fabricqa.targets.base import target_index
 from pytest_fabricqa.transport.base import CommandError, Host
 
 
+class ForeignRecord(ProvisionError):
+    """This lab's record file on a target host holds another lab's record: the two labs share a ``name_prefix``."""
+
+
 class ConfigfsTarget:
     """Base of the drivers that build a target out of configfs directories on one lab host."""
 
@@ -30,6 +39,7 @@ class ConfigfsTarget:
         self.host = hosts[model.host]
         self.where = f"targets[{target_index(lab, model)}]"
         self.state_file = remote.state_path(model.name_prefix, self.kind)
+        self._claimed = False  # this driver has written its record once (so it holds no other lab's)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.host.name})"
@@ -63,7 +73,31 @@ class ConfigfsTarget:
     def _forget(self, state: dict[str, Any], key: str, value: Any) -> None:
         """Drop an object that turned out not to be ours from the state file, so no later run removes it."""
         state[key] = [v for v in state[key] if v != value]
-        remote.write_state(self.host, self.state_file, state)
+        self._write_state(state)
+
+    def _read_state(self) -> dict[str, Any] | None:
+        """This lab's record on the target host, or None when there is none; :class:`ForeignRecord` when the file
+        holds another lab's record."""
+        state = remote.read_state(self.host, self.state_file)
+        owner = (state or {}).get("lab")
+        if state is not None and owner is not None and owner != self.lab.name:
+            raise ForeignRecord(
+                self.host.name,
+                f"{self.state_file} is the record of lab {owner!r} ({state.get('owner', '?')}), and lab "
+                f"{self.lab.name!r} would use the same file: both labs give this target host's {self.kind} objects the "
+                f"name_prefix {self.model.name_prefix!r}",
+                f"give {self.where}.name_prefix another value in one of the labs (or drop it: each lab then gets its "
+                "own), and leave the other lab's objects to it",
+            )
+        return state
+
+    def _write_state(self, state: dict[str, Any]) -> None:
+        """Replace this lab's record (atomically), naming the lab; the first write of a driver first makes sure the
+        file holds no other lab's record."""
+        if not self._claimed:
+            self._read_state()
+            self._claimed = True
+        remote.write_state(self.host, self.state_file, {**state, "lab": self.lab.name})
 
     def snapshot(self) -> Any:
         """The target's tree, read in one command (the subclass's parser)."""
@@ -87,5 +121,9 @@ class ConfigfsTarget:
     def _remove_state_if_clean(self) -> None:
         """The last undo: drop the state file, unless objects it lists survived the teardown (the leftovers gate
         reports them, and the next run needs the file to know they are ours)."""
-        if not any(self._owned_now()):
+        try:
+            owned = self._owned_now()
+        except ForeignRecord:
+            return  # another lab's record: this run wrote none, and theirs stays
+        if not any(owned):
             remote.remove_state(self.host, self.state_file)

@@ -313,7 +313,7 @@ class LioTarget(ConfigfsTarget):
             "targets": [plan.iqn],
         }
         undo.push(f"remove {self.state_file}", self._remove_state_if_clean)
-        remote.write_state(self.host, self.state_file, state)
+        self._write_state(state)
         for lun in plan.luns:
             hbas[lun.lun] = self._make_backstore(lun, hbas[lun.lun], snap, undo, state)
         self._make_target(plan, hbas, undo, state)
@@ -380,7 +380,7 @@ class LioTarget(ConfigfsTarget):
             state["hbas"] = sorted({*state["hbas"], new} - {hba})
             state["backstores"] = [b for b in state["backstores"] if b != f"{hba}/{lun.backstore}"]
             state["backstores"].append(f"{new}/{lun.backstore}")
-            remote.write_state(host, self.state_file, state)
+            self._write_state(state)
             hba = new
         path = f"{hba_path}/{lun.backstore}"
         undo.push(f"remove backstore {lun.backstore}", partial(remove_backstore, host, f"{hba}/{lun.backstore}"))
@@ -416,7 +416,7 @@ class LioTarget(ConfigfsTarget):
             # Created by someone else since the snapshot: neither ours to remove now nor at the next start.
             discard()
             state["targets"] = [t for t in state["targets"] if t != plan.iqn]
-            remote.write_state(host, self.state_file, state)
+            self._write_state(state)
             raise self._fail(
                 f"iSCSI target {plan.iqn} appeared while fabricqa was creating it (another session or tool)",
                 f"let the other session finish, or use another IQN in {self.where}.iscsi.iqn",
@@ -500,7 +500,7 @@ class LioTarget(ConfigfsTarget):
 
     # -- stale state and leftovers -------------------------------------------------------------------------
     def _ours(self, snap: LioSnapshot) -> tuple[list[str], list[str], list[str], bool]:
-        state = remote.read_state(self.host, self.state_file)
+        state = self._read_state()
         recorded = state or {}
         targets = [t for t in recorded.get("targets", []) if t in snap.targets]
         for iqn in snap.targets:
@@ -536,7 +536,7 @@ class LioTarget(ConfigfsTarget):
                 if self.host.run(["rmdir", f"{ROOT}/core/{hba}"], check=False).ok:
                     removed.append(f"{self.host.name}: removed LIO HBA {hba}")
         else:
-            has_state = remote.read_state(self.host, self.state_file) is not None
+            has_state = self._read_state() is not None
         return removed + self._drop_stale_state(has_state)
 
     def leftovers(self) -> list[str]:
@@ -544,7 +544,7 @@ class LioTarget(ConfigfsTarget):
         snap = self.snapshot()
         targets, backstores, hbas, has_state = self._ours(snap) if snap.loaded else ([], [], [], False)
         if not snap.loaded:
-            has_state = remote.read_state(self.host, self.state_file) is not None
+            has_state = self._read_state() is not None
         found = [f"{self.host.name}: iSCSI target {t} is still configured" for t in targets]
         found += [f"{self.host.name}: LIO backstore {b} is still configured" for b in backstores]
         found += [f"{self.host.name}: LIO HBA {h} is still configured" for h in hbas]

@@ -257,7 +257,7 @@ class ScstTarget(ConfigfsTarget):
         self._check(plan, snap)
         state["devices"] = [self.device_name(lun.backing) for lun in plan.luns]
         state["targets"] = [plan.iqn]
-        remote.write_state(self.host, self.state_file, state)
+        self._write_state(state)
         for lun in plan.luns:
             self._make_device(lun, undo, state)
         self._make_target(plan, undo, state)
@@ -429,7 +429,7 @@ class ScstTarget(ConfigfsTarget):
         """The pid of the iscsi-scstd the state file says this plugin started: its ``daemon_pid``, or, when a run was
         killed between the ``daemon: starting`` marker and that pid, the ``running`` daemon if it started after the
         marker was written (nobody else starts one on a host while our marker says we are starting it)."""
-        state = remote.read_state(self.host, self.state_file) or {}
+        state = self._read_state() or {}
         recorded = state.get("daemon_pid")
         if isinstance(recorded, int):
             return recorded
@@ -455,7 +455,7 @@ class ScstTarget(ConfigfsTarget):
             )
         self._refuse_busy_port(plan.port, "iscsi.port", " (another iSCSI target?)")
         undo.push(f"stop the {DAEMON} fabricqa started", self.stop_daemon)
-        remote.write_state(self.host, self.state_file, {**state, "daemon": "starting"})
+        self._write_state({**state, "daemon": "starting"})
         # -a takes a space-separated list (iscsi_scstd.c): it listens on every path's address and nowhere else.
         argv = [self.settings.binary, "-p", str(plan.port), "-a", " ".join(plan.addresses)]
         self._step(
@@ -470,7 +470,7 @@ class ScstTarget(ConfigfsTarget):
                 f"{self.settings.binary} exited right after it started", "see its messages in the system log"
             )
         state["daemon_pid"] = pid
-        remote.write_state(self.host, self.state_file, state)
+        self._write_state(state)
 
     def stop_daemon(self) -> None:
         """Stop the iscsi-scstd this plugin started (idempotent) -- unless a foreign target is on it: its exit
@@ -494,7 +494,7 @@ class ScstTarget(ConfigfsTarget):
 
     # -- stale state and leftovers -------------------------------------------------------------------------
     def _ours(self, snap: ScstSnapshot) -> tuple[list[str], list[str], bool]:
-        state = remote.read_state(self.host, self.state_file)
+        state = self._read_state()
         recorded = state or {}
         assert self.model.iscsi is not None
         serials = {
@@ -528,7 +528,7 @@ class ScstTarget(ConfigfsTarget):
         """Remove the targets and devices an earlier run left, stop the iscsi-scstd it started, drop its state."""
         snap = self.snapshot()
         removed: list[str] = []
-        has_state = remote.read_state(self.host, self.state_file) is not None
+        has_state = self._read_state() is not None
         if snap.loaded:
             targets, devices, has_state = self._ours(snap)
             for iqn in targets:
@@ -545,7 +545,7 @@ class ScstTarget(ConfigfsTarget):
             except ProvisionError as exc:
                 # Someone else's target is on it now: it stays up, and so does its record, the only thing that
                 # says it is ours (the next run reuses it, the leftovers gate names it).
-                remote.write_state(self.host, self.state_file, {"kind": "scst", "daemon_pid": pid})
+                self._write_state({"kind": "scst", "daemon_pid": pid})
                 return [*removed, f"{self.host.name}: left the {DAEMON} an earlier run started running: {exc.what}"]
         return removed + self._drop_stale_state(has_state)
 
@@ -554,7 +554,7 @@ class ScstTarget(ConfigfsTarget):
         snap = self.snapshot()
         targets, devices, has_state = self._ours(snap) if snap.loaded else ([], [], False)
         if not snap.loaded:
-            has_state = remote.read_state(self.host, self.state_file) is not None
+            has_state = self._read_state() is not None
         found = [f"{self.host.name}: SCST iSCSI target {t} is still configured" for t in targets]
         found += [f"{self.host.name}: SCST device {d} is still configured" for d in devices]
         pid = self._our_daemon()

@@ -229,7 +229,7 @@ class TgtTarget(ConfigfsTarget):
             self._check_portal(plan)
         tid = self._next_tid(plan, snap, set())
         state["targets"] = [{"tid": tid, "iqn": plan.iqn}]
-        remote.write_state(self.host, self.state_file, state)
+        self._write_state(state)
         tid = self._make_target(plan, lld, tid, snap, undo, state)
         for lun in plan.luns:
             self._tgtadm(
@@ -368,7 +368,7 @@ class TgtTarget(ConfigfsTarget):
             now = self.snapshot()
             if now.tid_of(plan.iqn) is not None:
                 state["targets"] = []
-                remote.write_state(self.host, self.state_file, state)
+                self._write_state(state)
                 raise self._fail(
                     f"tgt target {plan.iqn} appeared while fabricqa was creating it (another session or tool)",
                     f"let the other session finish, or use another IQN in {self.where}.iscsi.iqn",
@@ -381,7 +381,7 @@ class TgtTarget(ConfigfsTarget):
                 )
             tid = self._next_tid(plan, now, tried)
             state["targets"] = [{"tid": tid, "iqn": plan.iqn}]
-            remote.write_state(self.host, self.state_file, state)
+            self._write_state(state)
 
     def remove_target(self, tid: int, iqn: str) -> None:
         """Delete target ``tid`` if it is still the one named ``iqn`` (idempotent; ``--force`` ends sessions)."""
@@ -467,7 +467,7 @@ class TgtTarget(ConfigfsTarget):
 
     # -- stale state and leftovers -------------------------------------------------------------------------
     def _ours(self, snap: TgtSnapshot) -> tuple[list[TgtTargetInfo], bool]:
-        state = remote.read_state(self.host, self.state_file)
+        state = self._read_state()
         recorded = {(int(t["tid"]), t["iqn"]) for t in (state or {}).get("targets", []) if "tid" in t and "iqn" in t}
         ours = [t for t in snap.targets.values() if (t.tid, t.iqn) in recorded]
         plan_serials = self._lab_serials()
@@ -491,7 +491,7 @@ class TgtTarget(ConfigfsTarget):
         """Remove the targets an earlier run left, stop the tgtd it started, then drop its state file."""
         snap = self.snapshot()
         removed: list[str] = []
-        has_state = remote.read_state(self.host, self.state_file) is not None
+        has_state = self._read_state() is not None
         if snap.loaded:
             targets, has_state = self._ours(snap)
             for target in targets:
@@ -510,7 +510,7 @@ class TgtTarget(ConfigfsTarget):
         snap = self.snapshot()
         targets, has_state = self._ours(snap) if snap.loaded else ([], False)
         if not snap.loaded:
-            has_state = remote.read_state(self.host, self.state_file) is not None
+            has_state = self._read_state() is not None
         found = [f"{self.host.name}: tgt target {t.iqn} (tid {t.tid}) is still configured" for t in targets]
         pid = self.daemon_pid()
         if pid is not None:

@@ -608,7 +608,7 @@ def test_a_refused_stop_keeps_the_daemons_record(tmp_path: Path) -> None:
         "vstor: left the iscsi-scstd an earlier run started running: the iscsi-scstd fabricqa started (pid 5151) "
         f"still serves {FOREIGN}, not fabricqa's"
     )
-    assert json.loads(host.fs[target.state_file]) == {"kind": "scst", "daemon_pid": 5151}
+    assert json.loads(host.fs[target.state_file]) == {"kind": "scst", "daemon_pid": 5151, "lab": "vlab"}
     assert "vstor: the iscsi-scstd fabricqa started (pid 5151) is still running" in target.leftovers()
     undo = UndoStack()
     target.provision("iscsi", undo)  # not "already running and fabricqa did not start it"

@@ -83,7 +83,7 @@ class NvmetTarget(ConfigfsTarget):
         }
         # Recorded before anything exists: a run killed from here on leaves a list the next run cleans up.
         undo.push(f"remove {self.state_file}", self._remove_state_if_clean)
-        remote.write_state(self.host, self.state_file, state)
+        self._write_state(state)
         for nqn in new_hosts:
             path = f"{ROOT}/hosts/{nqn}"
             discard = undo.push(f"remove nvmet host {nqn}", partial(remote.rmdir_if, self.host, path))
@@ -230,7 +230,7 @@ class NvmetTarget(ConfigfsTarget):
             new = self._next_portid(port, used)
             used.add(new)
             state["ports"] = sorted({*state["ports"], new} - {portid})
-            remote.write_state(host, self.state_file, state)
+            self._write_state(state)
             portid = new
         else:
             raise self._fail(
@@ -265,7 +265,7 @@ class NvmetTarget(ConfigfsTarget):
 
     # -- stale state and leftovers -------------------------------------------------------------------------
     def _ours(self, snap: NvmetSnapshot) -> tuple[list[int], list[str], list[str], bool]:
-        state = remote.read_state(self.host, self.state_file)
+        state = self._read_state()
         recorded = state or {}
         ports = [int(p) for p in recorded.get("ports", []) if int(p) in snap.ports]
         subsystems = [s for s in recorded.get("subsystems", []) if s in snap.subsystems]
@@ -279,7 +279,7 @@ class NvmetTarget(ConfigfsTarget):
         """Remove the ports, subsystems and host entries an earlier run recorded (or marked), then its state file."""
         snap = self.snapshot()
         if not snap.loaded:
-            return self._drop_stale_state(remote.read_state(self.host, self.state_file) is not None)
+            return self._drop_stale_state(self._read_state() is not None)
         ports, subsystems, hosts, has_state = self._ours(snap)
         removed: list[str] = []
         for portid in ports:

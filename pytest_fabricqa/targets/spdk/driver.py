@@ -173,7 +173,7 @@ class SpdkTarget(ConfigfsTarget):
 
     def _stop_app(self) -> None:
         """Undo of the start: stop the nvmf_tgt the state file names, if it is still ours; drop its pid file."""
-        state = remote.read_state(self.host, self.state_file) or {}
+        state = self._read_state() or {}
         started = state.get("app")
         if isinstance(started, dict):
             pid = started.get("pid") or self._pid_from_file(str(started.get("pidfile", "")))
@@ -221,7 +221,7 @@ class SpdkTarget(ConfigfsTarget):
             }
         # Recorded before anything exists: a run killed from here on leaves a list the next run cleans up.
         undo.push(f"remove {self.state_file}", self._remove_state_if_clean)
-        remote.write_state(self.host, self.state_file, state)
+        self._write_state(state)
         if binary is not None:
             self._start_app(binary, state, undo)
         rpc = self.rpc()
@@ -329,7 +329,7 @@ class SpdkTarget(ConfigfsTarget):
         except ValueError as exc:
             raise self._fail(f"cannot start {binary} ({exc})", f"see {self.log} on the target host") from None
         state["app"]["pid"] = pid
-        remote.write_state(self.host, self.state_file, state)
+        self._write_state(state)
         try:
             self.rpc().batch([("framework_wait_init", None)], wait=self.settings.start_timeout, pid=pid)
         except SpdkUnreachable as exc:
@@ -482,7 +482,7 @@ class SpdkTarget(ConfigfsTarget):
 
     def _owned(self) -> Owned:
         """What of the recorded app is ours now: the record lists it and it carries the mark (see the class)."""
-        state = remote.read_state(self.host, self.state_file)
+        state = self._read_state()
         recorded = state or {}
         socket = str(recorded.get("socket") or self.settings.rpc_socket)
         snap = self.snapshot(socket)
@@ -563,7 +563,7 @@ class SpdkTarget(ConfigfsTarget):
     # -- prerequisites --------------------------------------------------------------------------------------
     def prerequisite_problems(self, protocol: str) -> list[str]:
         """What the target host lacks to serve ``protocol`` with SPDK, one sentence each (host, what, fix)."""
-        running = self.settings.start and self._app_ours(remote.read_state(self.host, self.state_file)) is not None
+        running = self.settings.start and self._app_ours(self._read_state()) is not None
         return spdk_problems(
             self.host.name, self.where, self.facts(), self.settings, protocol, self.snapshot_or_none(), running=running
         )
