@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pytest_fabricqa.lab.model import LabModel
+
 VLAB_FILE = Path(__file__).resolve().parents[1] / "labs" / "vlab.yaml"
 MORE_TARGETS = "  # More targets of vstor"
 
@@ -62,3 +64,18 @@ targets:
       subsystems:
         - {{nqn: "{nqn}", namespaces: [ram0]}}
 """
+
+
+RECORDED_PREFIX = "fabricqa"
+"""The name_prefix the recordings under tests/data were made with (every lab's default before labs got one of their
+own): a test whose fake host answers with recorded listings gives its lab this prefix, so the listings' objects
+carry the lab's mark."""
+
+
+def as_recorded(lab: LabModel) -> LabModel:
+    """``lab`` with :data:`RECORDED_PREFIX` as the name_prefix of every target that has the lab's default."""
+    targets = tuple(
+        t.model_copy(update={"name_prefix": RECORDED_PREFIX}) if t.name_prefix.startswith("fqa-") else t
+        for t in lab.targets
+    )
+    return lab.model_copy(update={"targets": targets})

@@ -6,6 +6,7 @@ A lab file is read once, at load time, into validated pydantic models. Every mis
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import re
 from collections.abc import Iterator, Mapping
@@ -48,6 +49,21 @@ IQN_MAX_BYTES = 223
 # Linux nvmet also accepts a short subsystem name (seed 000 used "nvmet1"); nothing a shell or configfs misreads.
 SHORT_NQN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,222}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+PREFIX_MAX = 32  # a default name_prefix longer than this ends in a hash (SCST device names stop at 64 characters)
+
+
+def default_prefix(lab_name: str, place: str = "") -> str:
+    """The mark a target carries when the lab sets no ``name_prefix``: ``fqa-`` and the lab's name, and the target's
+    place when the lab's targets sit on several (initiators log in through one iSCSI iface per prefix, and two
+    places' fabrics may be live at once). Two labs sharing a host thus carry different marks and records by
+    default; characters a sysfs name or an iface name cannot hold become ``-``, and a long one ends in a hash."""
+    raw = "-".join(part for part in ("fqa", lab_name, place) if part)
+    slug = re.sub(r"[^A-Za-z0-9_.-]", "-", raw)
+    if len(slug) > PREFIX_MAX:
+        slug = f"{slug[: PREFIX_MAX - 9]}-{hashlib.sha256(raw.encode()).hexdigest()[:8]}"
+    return slug
+
+
 # A namespace's 16-byte NGUID, written as nvmetcli saves it (and configfs' device_nguid takes it).
 NGUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 
@@ -425,7 +441,10 @@ class TargetModel(_Model):
     subnet), so the kernel's native NVMe multipath sees every namespace through one controller per path, and
     multipathd makes one dm-multipath map of each iSCSI/iSER LUN's disks. ``all`` is nvmet's, SPDK's (a listener
     per path) and LIO's (a portal per path) for now."""
-    name_prefix: str = "fabricqa"
+    name_prefix: str = ""
+    """The mark on what the plugin makes for this target, and the name of its records. Unset, the lab gives one of
+    its own (:func:`default_prefix`); two labs that set the same one on one host are refused at their first
+    record."""
 
     @field_validator("kind")
     @classmethod
@@ -832,6 +851,14 @@ class LabModel(_Model):
             for name in self.vlab:
                 if name not in self.hosts:
                     raise ValueError(f"vlab guest {name!r} is not under 'hosts'")
+        places = list(dict.fromkeys(t.place for t in self.targets))
+        owned = tuple(
+            t
+            if t.name_prefix
+            else t.model_copy(update={"name_prefix": default_prefix(self.name, t.place if len(places) > 1 else "")})
+            for t in self.targets
+        )
+        object.__setattr__(self, "targets", owned)  # frozen: set once, here, before anyone reads it
         return self
 
     def thresholds_table(self) -> dict[str, dict[str, dict[str, float | None]]]:

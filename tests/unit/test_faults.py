@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from fakes import Answer, ScriptedHost, answer_files
-from labfiles import vlab_kernel_text_as
+from labfiles import as_recorded, vlab_kernel_text_as
 
 from pytest_fabricqa.core.undo import UndoStack
 from pytest_fabricqa.fabric import provision
@@ -42,7 +42,7 @@ DEAD = {"controller": "a-controller-that-was-killed", "pid": 4242, "started": 1}
 
 
 def lab() -> LabModel:
-    return load_lab(LABS / "vlab.yaml")
+    return as_recorded(load_lab(LABS / "vlab.yaml"))
 
 
 def eth1_listing(name: str = "eth1") -> list[dict[str, Any]]:

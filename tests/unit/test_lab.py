@@ -341,3 +341,51 @@ def test_reactor_cores_are_the_mask_the_plugin_starts_spdk_with(tmp_path: Path) 
     (tmp_path / "attached.yaml").write_text(attached)
     assert load_lab(tmp_path / "masked.yaml").target_for("nvme-rdma", "spdk").reactor_cores == "0x6"
     assert load_lab(tmp_path / "attached.yaml").target_for("nvme-rdma", "spdk").reactor_cores == ""
+
+
+VLAB_FILE = Path(__file__).parents[2] / "labs" / "vlab.yaml"
+
+
+def test_every_lab_gets_a_name_prefix_of_its_own_by_default(tmp_path: Path) -> None:
+    """Two labs sharing a target host carry different marks and records unless one sets the other's prefix."""
+    from pytest_fabricqa.targets import remote
+    from pytest_fabricqa.targets.spdk import mark_serial
+
+    text = VLAB_FILE.read_text()
+    (tmp_path / "b.yaml").write_text(text.replace("\nname: vlab\n", "\nname: team-b\n", 1))
+    a, b = load_lab(VLAB_FILE), load_lab(tmp_path / "b.yaml")
+    assert {t.name_prefix for t in a.targets} == {"fqa-vlab"}
+    assert {t.name_prefix for t in b.targets} == {"fqa-team-b"}
+    for ta, tb in zip(a.targets, b.targets, strict=True):
+        assert remote.state_path(ta.name_prefix, ta.kind) != remote.state_path(tb.name_prefix, tb.kind)
+        assert mark_serial(ta.name_prefix) != mark_serial(tb.name_prefix)
+    # A prefix the lab sets stays, even one equal to another lab's default (refused when their records meet).
+    (tmp_path / "c.yaml").write_text(text.replace("  - kind: lio\n", "  - kind: lio\n    name_prefix: fqa-team-b\n", 1))
+    assert [t.name_prefix for t in load_lab(tmp_path / "c.yaml").targets][:2] == ["fqa-vlab", "fqa-team-b"]
+
+
+def test_a_default_prefix_names_the_place_when_targets_sit_on_several_and_stays_short() -> None:
+    from pytest_fabricqa.lab.model import PREFIX_MAX, default_prefix
+
+    assert default_prefix("vlab") == "fqa-vlab"
+    assert default_prefix("vlab", "vstor2") == "fqa-vlab-vstor2"
+    assert default_prefix("qa lab/α") == "fqa-qa-lab--"  # what a sysfs or iface name cannot hold becomes '-'
+    long_a, long_b = default_prefix("x" * 40 + "a"), default_prefix("x" * 40 + "b")
+    assert len(long_a) == len(long_b) == PREFIX_MAX and long_a != long_b
+    assert re.fullmatch(r"[A-Za-z0-9_.-]+", long_a)
+
+
+def test_targets_on_two_places_get_two_default_prefixes_so_their_ifaces_differ(tmp_path: Path) -> None:
+    from pytest_fabricqa.lab.rules import lab_problems
+
+    external = (
+        "  - kind: external\n    address: 10.10.10.50\n    protocols: [iscsi]\n"
+        "    iscsi: {iqn: 'iqn.2026-11.io.fabricqa:array', luns: [a]}\n\nvlab:\n"
+    )
+    (tmp_path / "lab.yaml").write_text(VLAB_FILE.read_text().replace("\nvlab:\n", "\n" + external, 1))
+    lab = load_lab(tmp_path / "lab.yaml")
+    assert {t.place: t.name_prefix for t in lab.targets} == {
+        "vstor": "fqa-vlab-vstor",
+        "10.10.10.50": "fqa-vlab-10.10.10.50",
+    }
+    assert list(lab_problems(lab)) == []

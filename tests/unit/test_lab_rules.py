@@ -91,11 +91,11 @@ CASES = {
         _swap(
             VLAB,
             "\nvlab:\n",
-            "  - kind: external\n    address: 10.10.10.50\n    protocols: [iscsi]\n"
+            "  - kind: external\n    address: 10.10.10.50\n    protocols: [iscsi]\n    name_prefix: fqa-vlab-vstor\n"
             "    iscsi: {iqn: 'iqn.2026-11.io.fabricqa:array', luns: [a]}\n\nvlab:\n",
         ),
-        r"targets\[2\]\.name_prefix: 'fabricqa' is also the name_prefix of an iSCSI target on another host; the "
-        r"initiators would share the open-iscsi iface fabricqa_tcp between two fabrics that may be live at once "
+        r"targets\[2\]\.name_prefix: 'fqa-vlab-vstor' is also the name_prefix of an iSCSI target on another host; "
+        r"the initiators would share the open-iscsi iface fqa-vlab-vstor_tcp between two fabrics that may be live at once "
         r"\(-n with --dist loadgroup\), give this target its own name_prefix$",
     ),
     "same-host-nqn": (

@@ -316,8 +316,8 @@ def test_the_labs_dm_conf_is_written_before_the_logins_and_removed_after_the_log
     first_login = next(i for i, c in enumerate(host.commands) if "--login" in c)
     assert written < first_login
     assert host.commands[written][4:] == (
-        "/etc/multipath/conf.d/fabricqa.conf",
-        "# written by pytest-fabricqa (name_prefix fabricqa): removed when its fabric is torn down\n"
+        "/etc/multipath/conf.d/fqa-vlab.conf",
+        "# written by pytest-fabricqa (name_prefix fqa-vlab): removed when its fabric is torn down\n"
         "overrides {\n\tno_path_retry fail\n}\n",
         "written by pytest-fabricqa",
     )
@@ -342,18 +342,18 @@ def test_the_conf_scripts_write_ours_refuse_anothers_and_remove_only_ours(
     (bin_dir / "multipathd").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     host, folder, mark = LocalHost("vnode1"), str(tmp_path / "conf.d"), "written by pytest-fabricqa"
-    text = f"# {mark} (name_prefix fabricqa)\noverrides {{\n\tno_path_retry fail\n}}\n"
-    dm.write_conf(host, "fabricqa", text, mark, folder)
-    assert (tmp_path / "conf.d" / "fabricqa.conf").read_text() == text and log.read_text() == "reconfigure\n"
-    assert dm.has_conf(host, "fabricqa", mark, folder)
+    text = f"# {mark} (name_prefix fqa-vlab)\noverrides {{\n\tno_path_retry fail\n}}\n"
+    dm.write_conf(host, "fqa-vlab", text, mark, folder)
+    assert (tmp_path / "conf.d" / "fqa-vlab.conf").read_text() == text and log.read_text() == "reconfigure\n"
+    assert dm.has_conf(host, "fqa-vlab", mark, folder)
     (tmp_path / "conf.d" / "admin.conf").write_text("defaults {\n\tpolling_interval 10\n}\n")
     with pytest.raises(CommandError, match="exists and was not written by fabricqa"):
         dm.write_conf(host, "admin", text, mark, folder)
     dm.remove_conf(host, "admin", mark, folder)  # not ours: stays
-    dm.remove_conf(host, "fabricqa", mark, folder)
-    dm.remove_conf(host, "fabricqa", mark, folder)  # gone already: nothing to do
+    dm.remove_conf(host, "fqa-vlab", mark, folder)
+    dm.remove_conf(host, "fqa-vlab", mark, folder)  # gone already: nothing to do
     assert sorted(p.name for p in (tmp_path / "conf.d").iterdir()) == ["admin.conf"]
-    assert log.read_text() == "reconfigure\nreconfigure\n" and not dm.has_conf(host, "fabricqa", mark, folder)
+    assert log.read_text() == "reconfigure\nreconfigure\n" and not dm.has_conf(host, "fqa-vlab", mark, folder)
 
 
 def test_a_dm_conf_keyword_or_value_that_is_not_one_word_is_refused_at_load(tmp_path: Path) -> None:
@@ -435,10 +435,10 @@ def test_a_killed_runs_dm_conf_is_a_leftover_and_its_clean_up_removes_it(tmp_pat
     host = ScriptedHost("vnode1", answer)
     ((sentence, remove),) = connect.initiator_objects(lab, host)
     assert sentence == (
-        "vnode1: multipath configuration /etc/multipath/conf.d/fabricqa.conf (the lab's dm_conf) still there"
+        "vnode1: multipath configuration /etc/multipath/conf.d/fqa-vlab.conf (the lab's dm_conf) still there"
     )
     remove()
-    assert host.commands[-1][:5] == ("sh", "-c", dm.REMOVE_CONF, "sh", "/etc/multipath/conf.d/fabricqa.conf")
+    assert host.commands[-1][:5] == ("sh", "-c", dm.REMOVE_CONF, "sh", "/etc/multipath/conf.d/fqa-vlab.conf")
     assert connect.initiator_objects(lab, host, target_host="vstor") != []  # its target host's clean-up takes it
     assert connect.initiator_objects(load_lab(LABS / "vlab.yaml"), host) == []  # a lab without dm_conf: not looked for
 

@@ -40,7 +40,7 @@ from pytest_fabricqa.lab.thresholds import Thresholds
 
 LABS = Path(__file__).parents[2] / "labs"
 DATA = Path(__file__).parents[1] / "data"
-RECORDS = "/run/fabricqa/fabricqa-faults.json"
+RECORDS = "/run/fabricqa/fqa-vlab-faults.json"
 NQN = "nqn.2026-11.io.fabricqa:vlab-ram0"
 DEAD = {"controller": "a-controller-that-was-killed", "pid": 4242, "started": 1}
 CLOCK = "1764445200.250000000"
@@ -126,7 +126,7 @@ ISCSI_LISTING = (DATA / "failover" / "timeouts-iscsi.txt").read_text()
 
 def nvme_change(host: TimeoutsHost) -> faults.PathTimeouts:
     return faults.PathTimeouts(
-        host, "fabricqa", (NQN,), nvme={"io_timeout_s": 3, "fast_io_fail_tmo_s": 2, "reconnect_delay_s": 1}
+        host, "fqa-vlab", (NQN,), nvme={"io_timeout_s": 3, "fast_io_fail_tmo_s": 2, "reconnect_delay_s": 1}
     )
 
 
@@ -163,7 +163,7 @@ def test_only_the_fabrics_controllers_are_touched() -> None:
 
 def test_a_host_without_a_controller_of_the_fabric_is_refused_before_anything_is_written() -> None:
     host = TimeoutsHost(NVME_LISTING)
-    change = faults.PathTimeouts(host, "fabricqa", ("nqn.2026-11.io.fabricqa:not-connected",), nvme={"io_timeout_s": 3})
+    change = faults.PathTimeouts(host, "fqa-vlab", ("nqn.2026-11.io.fabricqa:not-connected",), nvme={"io_timeout_s": 3})
     undo = UndoStack()
     with pytest.raises(faults.FaultRefused, match="no NVMe-oF controller or iSCSI session"):
         change.inject(undo)
@@ -175,7 +175,7 @@ def test_iscsi_recovery_tmo_is_set_and_set_back() -> None:
     iqn = next(iter(faults.parse_timeouts(ISCSI_LISTING).values()))["subsystem"]
     before = dict(host.sysfs)
     undo = UndoStack()
-    faults.PathTimeouts(host, "fabricqa", (iqn,), iscsi={"recovery_tmo_s": 2}).inject(undo)
+    faults.PathTimeouts(host, "fqa-vlab", (iqn,), iscsi={"recovery_tmo_s": 2}).inject(undo)
     assert {v for p, v in host.sysfs.items() if p.endswith("/recovery_tmo")} == {"2"}
     undo.unwind()
     assert host.sysfs == before
@@ -256,7 +256,7 @@ def test_a_write_still_refused_when_the_wait_is_over_fails_the_script(tmp_path: 
 def test_the_restore_waits_for_a_refused_session_and_the_set_does_not() -> None:
     host = TimeoutsHost(ISCSI_LISTING)
     iqn = next(iter(faults.parse_timeouts(ISCSI_LISTING).values()))["subsystem"]
-    faults.PathTimeouts(host, "fabricqa", (iqn,), iscsi={"recovery_tmo_s": 2}).inject(undo := UndoStack())
+    faults.PathTimeouts(host, "fqa-vlab", (iqn,), iscsi={"recovery_tmo_s": 2}).inject(undo := UndoStack())
     undo.unwind()
     waits = [argv[4] for argv in host.commands if argv[2:3] == (faults.TIMEOUTS_WRITE,)]
     assert waits == ["0", str(faults.RESTORE_WAIT_S)]
@@ -525,7 +525,7 @@ def test_a_port_taken_away_with_io_moving_at_once_is_no_stall_though_fio_had_jit
 
 
 def test_every_storage_port_of_a_host_gets_its_own_outage() -> None:
-    links = outage._link_faults(lab(), TimeoutsHost(NVME_LISTING, "vnode1"), "fabricqa")
+    links = outage._link_faults(lab(), TimeoutsHost(NVME_LISTING, "vnode1"), "fqa-vlab")
     assert [(type(link).__name__, link.interface) for link in links] == [("LinkDrop", "eth1"), ("LinkDrop", "eth2")]
 
 
@@ -658,7 +658,7 @@ def test_the_late_count_is_the_faulted_addresses_paths_from_a_recorded_sample() 
 def test_the_ana_outage_needs_the_fault_on_the_target() -> None:
     with pytest.raises(ValueError, match="needs target_fault"):
         outage.path_outage(
-            lab(), [], {}, {}, name_prefix="fabricqa", subsystems=(), family="nvme", outage=ANA, undo=UndoStack()
+            lab(), [], {}, {}, name_prefix="fqa-vlab", subsystems=(), family="nvme", outage=ANA, undo=UndoStack()
         )
 
 

@@ -43,10 +43,11 @@ def two_target_hosts(*, shared: bool = False) -> LabModel:
         "storage": {"interface": "eth1", "address": "10.10.10.20"},
     }
     nvmet, lio = data["targets"]
+    nvmet["name_prefix"] = lio["name_prefix"] = "fabricqa"  # as the recorded listings of tests/data/targets
     subsystems = [{"nqn": NQN_B, "namespaces": ["ram0"]}]
     if shared:
         subsystems.append({"nqn": NQN_A, "namespaces": ["nvme0"]})
-    prefix = {} if shared else {"name_prefix": "fabricqa2"}
+    prefix = {"name_prefix": "fabricqa" if shared else "fabricqa2"}
     data["targets"] += [
         dict(nvmet, name="nvmet2", host="vstor2", nvme=dict(nvmet["nvme"], subsystems=subsystems), **prefix),
         dict(lio, name="lio2", host="vstor2", iscsi=dict(lio["iscsi"], iqn=IQN_B), **prefix),

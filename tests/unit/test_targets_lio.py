@@ -7,14 +7,22 @@ from pathlib import Path
 import pytest
 import yaml
 from fakes import Answer, ScriptedHost
+from labfiles import as_recorded
 
 from pytest_fabricqa.core.undo import ProvisionError, UndoStack
-from pytest_fabricqa.lab.load import load_lab
+from pytest_fabricqa.lab.load import load_lab as load_lab_file
 from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.targets.lio import REMOVE_BACKSTORE_SCRIPT, LioTarget, parse_snapshot, plan_from_lab
 from pytest_fabricqa.targets.scsi import unit_serial
 
 DATA = Path(__file__).parents[1] / "data" / "targets"
+
+
+def load_lab(path: Path) -> LabModel:
+    """The lab file, its targets marked with the name_prefix the recorded listings here were made with."""
+    return as_recorded(load_lab_file(path))
+
+
 LABS = Path(__file__).parents[2] / "labs"
 
 

@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 from fakes import Answer, ScriptedHost
-from labfiles import vlab_kernel_text_as
+from labfiles import as_recorded, vlab_kernel_text_as
 
 from pytest_fabricqa.core.undo import ProvisionError, UndoStack
 from pytest_fabricqa.lab.load import load_lab
+from pytest_fabricqa.lab.load import load_lab as load_lab_file
 from pytest_fabricqa.lab.model import LabError, LabModel
 from pytest_fabricqa.targets import load_target
 from pytest_fabricqa.targets.scsi import unit_serial
@@ -198,7 +199,7 @@ class FakeScst(ScriptedHost):
 
 
 def _seed() -> LabModel:
-    return load_lab(LABS / "scst-seed000.yaml")
+    return as_recorded(load_lab_file(LABS / "scst-seed000.yaml"))
 
 
 def _vlab(tmp_path: Path, scst: str = "", paths: str = "first") -> LabModel:
@@ -279,9 +280,9 @@ def test_seed_000s_scst_conf_is_provisioned_from_its_lab_file() -> None:
 def test_initiator_iqns_become_an_ini_group_with_the_luns(tmp_path: Path) -> None:
     host = FakeScst()
     _target(_vlab(tmp_path), host, "iscsi").provision("iscsi", UndoStack())
-    group = host.targets[IQN]["groups"]["fabricqa"]
+    group = host.targets[IQN]["groups"]["fqa-vlab"]
     assert group == {
-        "luns": {0: "fabricqa_ram0", 1: "fabricqa_nvme0"},
+        "luns": {0: "fqa-vlab_ram0", 1: "fqa-vlab_nvme0"},
         "initiators": ["iqn.2026-11.io.fabricqa:vnode1", "iqn.2026-11.io.fabricqa:vnode2"],
     }
     assert host.targets[IQN]["luns"] == {}  # no default LUNs: other initiators see nothing
@@ -292,20 +293,20 @@ def test_a_failed_step_undoes_exactly_what_was_made_and_foreign_objects_stay(tmp
     host = FakeScst()
     host.add_foreign()
     host.driver_enabled = "1"
-    host.fail["add fabricqa_nvme0"] = "sh: 1: printf: printf: Invalid argument"
+    host.fail["add fqa-vlab_nvme0"] = "sh: 1: printf: printf: Invalid argument"
     target = _target(_vlab(tmp_path), host, "iscsi")
     undo = UndoStack()
     with pytest.raises(ProvisionError) as info:
         target.provision("iscsi", undo)
     assert str(info.value) == (
-        "vstor: cannot map fabricqa_nvme0 to LUN 1 of iqn.2026-11.io.fabricqa:vstor (sh: 1: printf: printf: "
+        "vstor: cannot map fqa-vlab_nvme0 to LUN 1 of iqn.2026-11.io.fabricqa:vstor (sh: 1: printf: printf: "
         "Invalid argument); see the target's dmesg for SCST's reason"
     )
     assert undo.unwind() == []
     assert list(host.devices) == ["prod_lun"] and list(host.targets) == [FOREIGN]
     assert host.targets[FOREIGN]["luns"] == {0: "prod_lun"} and host.driver_enabled == "1"
     removals = [c for _, c in host.mgmt_log if c.startswith("del")]
-    assert removals == [f"del_target {IQN}", "del_device fabricqa_nvme0", "del_device fabricqa_ram0"]
+    assert removals == [f"del_target {IQN}", "del_device fqa-vlab_nvme0", "del_device fqa-vlab_ram0"]
 
 
 def test_the_labs_iqn_or_device_names_taken_by_others_are_one_line_and_untouched(tmp_path: Path) -> None:
@@ -318,13 +319,13 @@ def test_the_labs_iqn_or_device_names_taken_by_others_are_one_line_and_untouched
     ):
         _target(lab, host, "iscsi").provision("iscsi", UndoStack())
     host = FakeScst()
-    host.add_foreign(device="fabricqa_ram0")  # named like ours, without our serial
+    host.add_foreign(device="fqa-vlab_ram0")  # named like ours, without our serial
     host.driver_enabled = "1"
     target = _target(lab, host, "iscsi")
-    with pytest.raises(ProvisionError, match=r"^vstor: SCST device fabricqa_ram0 already exists and was not created"):
+    with pytest.raises(ProvisionError, match=r"^vstor: SCST device fqa-vlab_ram0 already exists and was not created"):
         target.provision("iscsi", UndoStack())
     assert target.leftovers() == [] and target.cleanup_stale() == []
-    assert "fabricqa_ram0" in host.devices and not [c for _, c in host.mgmt_log if c.startswith("del")]
+    assert "fqa-vlab_ram0" in host.devices and not [c for _, c in host.mgmt_log if c.startswith("del")]
 
 
 def test_a_killed_runs_objects_are_cleaned_with_or_without_the_state_file(tmp_path: Path) -> None:
@@ -336,14 +337,14 @@ def test_a_killed_runs_objects_are_cleaned_with_or_without_the_state_file(tmp_pa
     fresh = _target(lab, host, "iscsi")
     assert fresh.leftovers() == [
         f"vstor: SCST iSCSI target {IQN} is still configured",
-        "vstor: SCST device fabricqa_ram0 is still configured",
-        "vstor: SCST device fabricqa_nvme0 is still configured",
+        "vstor: SCST device fqa-vlab_ram0 is still configured",
+        "vstor: SCST device fqa-vlab_nvme0 is still configured",
         f"vstor: state file {fresh.state_file} is still there",
     ]
     assert fresh.cleanup_stale()[:3] == [
         f"vstor: removed SCST iSCSI target {IQN}",
-        "vstor: removed SCST device fabricqa_ram0",
-        "vstor: removed SCST device fabricqa_nvme0",
+        "vstor: removed SCST device fqa-vlab_ram0",
+        "vstor: removed SCST device fqa-vlab_nvme0",
     ]
     assert list(host.targets) == [FOREIGN] and list(host.devices) == ["prod_lun"]
     # The state file lost: the devices are known by name and serial, the target by its LUNs.
@@ -550,7 +551,7 @@ def _run_mgmt(tmp_path: Path, write_error: str | None, pending: int, result: str
             "-c",
             MGMT_SCRIPT,
             "sh",
-            "add_device fabricqa_ram0 filename=/dev/ram0",
+            "add_device fqa-vlab_ram0 filename=/dev/ram0",
             str(tmp_path / "mgmt"),
             str(tmp_path / "res"),
             str(wait),
@@ -578,10 +579,10 @@ def test_a_queued_command_is_recognised_from_what_coreutils_prints_and_waited_fo
 def test_a_queued_command_that_fails_or_never_ends_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     code, err = _run_mgmt(tmp_path / "a", EAGAIN_WRITE, pending=1, result="-22")
-    assert code == 1 and err == 'SCST answered -22 to "add_device fabricqa_ram0 filename=/dev/ram0"'
+    assert code == 1 and err == 'SCST answered -22 to "add_device fqa-vlab_ram0 filename=/dev/ram0"'
     (tmp_path / "b").mkdir()
     code, err = _run_mgmt(tmp_path / "b", EAGAIN_WRITE, pending=99, result="0", wait=3)
-    assert code == 1 and err == 'SCST still busy with "add_device fabricqa_ram0 filename=/dev/ram0" after 3 s'
+    assert code == 1 and err == 'SCST still busy with "add_device fqa-vlab_ram0 filename=/dev/ram0" after 3 s'
 
 
 def test_another_write_error_is_passed_on_at_once(tmp_path: Path) -> None:
@@ -592,7 +593,7 @@ def test_another_write_error_is_passed_on_at_once(tmp_path: Path) -> None:
 
 def test_a_plain_write_lands(tmp_path: Path) -> None:
     assert _run_mgmt(tmp_path, None, pending=0, result="0") == (0, "")
-    assert (tmp_path / "mgmt").read_text() == "add_device fabricqa_ram0 filename=/dev/ram0"
+    assert (tmp_path / "mgmt").read_text() == "add_device fqa-vlab_ram0 filename=/dev/ram0"
 
 
 def test_a_refused_stop_keeps_the_daemons_record(tmp_path: Path) -> None:

@@ -297,18 +297,18 @@ def test_start_mode_provisions_in_order_and_teardown_stops_the_app() -> None:
     )
     ram = host.subsystems[NQN]
     assert (ram["model_number"], ram["serial_number"], ram["allow_any_host"]) == (
-        "fabricqa",
-        mark_serial("fabricqa"),
+        "fqa-vlab",
+        mark_serial("fqa-vlab"),
         True,
     )
     # A UUID per namespace, stable and unique: without one the initiators' WWIDs of both subsystems were the same
     # (the subsystems' common serial and NSID 1), and multipath would take them for one namespace.
-    assert ram["namespaces"] == [{"nsid": 1, "bdev_name": "fabricqa_ram0", "uuid": namespace_uuid("fabricqa", NQN, 1)}]
+    assert ram["namespaces"] == [{"nsid": 1, "bdev_name": "fqa-vlab_ram0", "uuid": namespace_uuid("fqa-vlab", NQN, 1)}]
     assert host.subsystems[NQN2]["namespaces"][0]["uuid"] not in (ram["namespaces"][0]["uuid"], None)
     assert ram["listen_addresses"] == [{"trtype": "TCP", "adrfam": "IPv4", "traddr": "10.10.10.19", "trsvcid": "4420"}]
     assert host.subsystems[NQN2]["hosts"] == [{"nqn": "nqn.2026-11.io.fabricqa:vnode1"}]
     state = json.loads(host.files[target.state_file])
-    assert state["subsystems"] == [NQN, NQN2] and state["bdevs"] == ["fabricqa_nvme0", "fabricqa_ram0"]
+    assert state["subsystems"] == [NQN, NQN2] and state["bdevs"] == ["fqa-vlab_nvme0", "fqa-vlab_ram0"]
     assert state["app"]["pid"] == host.pid and host.files[target.pidfile] == str(host.pid)
     assert undo.unwind() == []
     assert not host.running and host.files == {}
@@ -330,7 +330,7 @@ def test_attached_teardown_removes_exactly_what_was_made() -> None:
     host = FakeSpdkHost(devices=("/dev/ram0", "/dev/nvme0n1", "/dev/vda"), running=True)
     host.transports.append("TCP")
     host.add_bdev("foreign_disk", "/dev/vda")
-    host.add_subsystem(FOREIGN_NQN, model="fabricqa")  # our model number, not our serial: not ours
+    host.add_subsystem(FOREIGN_NQN, model="fqa-vlab")  # our model number, not our serial: not ours
     before = (copy.deepcopy(host.subsystems), copy.deepcopy(host.bdevs))
     target = target_on(host, start=False)
     undo = UndoStack()
@@ -363,17 +363,17 @@ def test_a_killed_runs_nvmf_tgt_is_stopped_by_the_next_start() -> None:
 def test_a_killed_runs_objects_in_an_attached_app_are_deleted_and_foreign_ones_stay() -> None:
     host = FakeSpdkHost(running=True)
     host.add_subsystem(FOREIGN_NQN)
-    host.add_bdev("fabricqa_scratch", "/dev/vdb")  # named like ours, in no state file: someone else's
+    host.add_bdev("fqa-vlab_scratch", "/dev/vdb")  # named like ours, in no state file: someone else's
     target_on(host, start=False).provision("nvme-tcp", UndoStack())
     target = target_on(host, start=False)
     assert target.cleanup_stale() == [
         f"vstor: removed SPDK subsystem {NQN}",
         f"vstor: removed SPDK subsystem {NQN2}",
-        "vstor: removed SPDK bdev fabricqa_nvme0",
-        "vstor: removed SPDK bdev fabricqa_ram0",
+        "vstor: removed SPDK bdev fqa-vlab_nvme0",
+        "vstor: removed SPDK bdev fqa-vlab_ram0",
         f"vstor: removed the stale state file {target.state_file}",
     ]
-    assert set(host.subsystems) == {FOREIGN_NQN} and set(host.bdevs) == {"fabricqa_scratch"}
+    assert set(host.subsystems) == {FOREIGN_NQN} and set(host.bdevs) == {"fqa-vlab_scratch"}
     assert target.leftovers() == []
 
 
@@ -381,8 +381,8 @@ def test_a_marked_subsystem_no_record_lists_is_named_and_left_alone() -> None:
     """Every run records before it creates, so a marked subsystem without a record is another session's (two labs
     sharing a prefix, or a session whose record is on another socket): named, never deleted."""
     host = FakeSpdkHost(running=True)
-    host.add_subsystem(NQN, model="fabricqa", serial=mark_serial("fabricqa"))
-    host.add_subsystem(NQN2, model="fabricqa", serial=mark_serial("another-lab"))
+    host.add_subsystem(NQN, model="fqa-vlab", serial=mark_serial("fqa-vlab"))
+    host.add_subsystem(NQN2, model="fqa-vlab", serial=mark_serial("another-lab"))
     target = target_on(host, start=False)
     assert target.cleanup_stale() == [
         f"vstor: left SPDK subsystem {NQN} on {SOCK} alone: it carries the mark but no record of this lab lists it "
@@ -397,7 +397,7 @@ def test_a_recorded_but_unmarked_subsystem_is_never_deleted() -> None:
     target_on(host, start=False).provision("nvme-tcp", UndoStack())  # killed
     del host.subsystems[NQN]
     host.add_subsystem(NQN)  # another tool's, same NQN, SPDK's default model and serial
-    host.bdevs.pop("fabricqa_ram0")
+    host.bdevs.pop("fqa-vlab_ram0")
     host.add_bdev("scratch_ram0", "/dev/ram0")
     state = json.loads(host.files[remote_state := target_on(host, start=False).state_file])
     state["bdevs"].append("scratch_ram0")  # a recorded bdev without our name: not ours either
@@ -405,7 +405,7 @@ def test_a_recorded_but_unmarked_subsystem_is_never_deleted() -> None:
     target = target_on(host, start=False)
     assert target.cleanup_stale() == [
         f"vstor: removed SPDK subsystem {NQN2}",
-        "vstor: removed SPDK bdev fabricqa_nvme0",
+        "vstor: removed SPDK bdev fqa-vlab_nvme0",
         f"vstor: left SPDK subsystem {NQN} on {SOCK} alone: its name is recorded but it lacks fabricqa's mark "
         "(model and serial)",
         f"vstor: removed the stale state file {target.state_file}",
@@ -424,10 +424,10 @@ def test_objects_on_another_socket_are_never_deleted() -> None:
     host.subsystems.clear()
     host.bdevs.clear()
     host.add_subsystem(NQN)
-    host.add_bdev("fabricqa_ram0", "/dev/ram0")
+    host.add_bdev("fqa-vlab_ram0", "/dev/ram0")
     target = target_on(host, start=False)
     assert target.cleanup_stale() == [f"vstor: removed the stale state file {target.state_file}"]
-    assert set(host.subsystems) == {NQN} and set(host.bdevs) == {"fabricqa_ram0"}
+    assert set(host.subsystems) == {NQN} and set(host.bdevs) == {"fqa-vlab_ram0"}
 
 
 def test_a_killed_runs_objects_are_cleaned_on_the_socket_it_recorded() -> None:
@@ -495,8 +495,8 @@ def test_refusals_are_one_line_and_make_nothing() -> None:
     host.add_subsystem(NQN)
     cases.append((host, {"start": False}, f"SPDK subsystem {NQN} already exists and was not created by fabricqa"))
     host = FakeSpdkHost(running=True)
-    host.add_bdev("fabricqa_ram0", "/dev/vdc")
-    cases.append((host, {"start": False}, "SPDK bdev fabricqa_ram0 already exists and was not created by fabricqa"))
+    host.add_bdev("fqa-vlab_ram0", "/dev/vdc")
+    cases.append((host, {"start": False}, "SPDK bdev fqa-vlab_ram0 already exists and was not created by fabricqa"))
     host = FakeSpdkHost(running=True)
     host.add_bdev("scratch", "/dev/ram0")
     cases.append((host, {"start": False}, "/dev/ram0 is already opened by SPDK bdev scratch"))
@@ -523,7 +523,7 @@ def test_a_subsystem_made_by_someone_else_meanwhile_is_not_removed_by_our_undo(m
     """The guard fires: without the discard, teardown would delete the other session's subsystem, even one that
     carries our mark (another session with the same prefix made it)."""
     host = FakeSpdkHost(running=True)
-    mark = {"model": "fabricqa", "serial": mark_serial("fabricqa")} if marked else {}
+    mark = {"model": "fqa-vlab", "serial": mark_serial("fqa-vlab")} if marked else {}
     host.on_call["nvmf_create_subsystem"] = lambda: host.add_subsystem(NQN, **mark)
     target = target_on(host, start=False)
     undo = UndoStack()
@@ -549,7 +549,7 @@ def test_an_app_that_exits_at_start_is_one_line_with_its_log() -> None:
     with pytest.raises(ProvisionError) as info:
         target_on(host, **START).provision("nvme-tcp", undo)
     assert str(info.value).startswith("vstor: nvmf_tgt (pid 4242) exited: [2026-12-01 04:30:00.000000] app.c: 712")
-    assert "see /run/fabricqa/fabricqa-spdk-nvmf_tgt.log on the target host" in str(info.value)
+    assert "see /run/fabricqa/fqa-vlab-spdk-nvmf_tgt.log on the target host" in str(info.value)
     assert undo.unwind() == [] and host.files == {}
 
 
@@ -668,11 +668,11 @@ def test_after_our_app_died_an_app_on_the_same_socket_is_left_alone() -> None:
     target_on(host, **START).provision("nvme-tcp", UndoStack())
     host.stop_app()  # our app dies with the run
     host.running = True  # someone else's app on the socket, with the lab's NQN and names
-    host.add_subsystem(NQN, model="fabricqa", serial=mark_serial("fabricqa"))
-    host.add_bdev("fabricqa_ram0", "/dev/ram0")
+    host.add_subsystem(NQN, model="fqa-vlab", serial=mark_serial("fqa-vlab"))
+    host.add_bdev("fqa-vlab_ram0", "/dev/ram0")
     target = target_on(host, **START)
     assert target.cleanup_stale() == [f"vstor: removed the stale state file {target.state_file}"]
-    assert set(host.subsystems) == {NQN} and set(host.bdevs) == {"fabricqa_ram0"}
+    assert set(host.subsystems) == {NQN} and set(host.bdevs) == {"fqa-vlab_ram0"}
 
 
 def test_a_host_without_python3_has_no_leftovers_of_ours_to_report() -> None:

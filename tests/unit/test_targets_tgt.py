@@ -10,16 +10,23 @@ from typing import Any
 
 import pytest
 from fakes import Answer, ScriptedHost
-from labfiles import vlab_kernel_text, vlab_kernel_text_as
+from labfiles import as_recorded, vlab_kernel_text, vlab_kernel_text_as
 
 from pytest_fabricqa.core.undo import ProvisionError, UndoStack
-from pytest_fabricqa.lab.load import load_lab
+from pytest_fabricqa.lab.load import load_lab as load_lab_file
 from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.targets import load_target
 from pytest_fabricqa.targets.scsi import unit_serial
 from pytest_fabricqa.targets.tgt import TIDS, TgtTarget, parse_lld_states, parse_show
 
 DATA = Path(__file__).parents[1] / "data" / "tgt"
+
+
+def load_lab(path: Path) -> LabModel:
+    """The lab file, its targets marked with the name_prefix the recorded listings here were made with."""
+    return as_recorded(load_lab_file(path))
+
+
 LABS = Path(__file__).parents[2] / "labs"
 IQN = "iqn.2026-11.io.fabricqa:vstor"
 FOREIGN = "iqn.2003-01.org.example:foreign"

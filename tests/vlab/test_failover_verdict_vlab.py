@@ -66,7 +66,7 @@ def test_a_fault_that_changed_nothing_fails_the_case_for_the_path_that_still_car
         bs = ig.BLOCK_SIZES[lab.failover.block_size]
         regions = {n: Region(ig.BASE_OFFSET + slot * size, size, bs) for slot, n in enumerate(names)}
         result = og.path_outage(
-            lab, [hosts[n] for n in names], device.paths, regions, name_prefix="fabricqa",
+            lab, [hosts[n] for n in names], device.paths, regions, name_prefix=lab.target_for("nvme-tcp").name_prefix,
             subsystems=fabric.export.subsystems, family="nvme", outage=ANA, undo=undo,
             target_fault=lambda address: NothingChanged(hosts["vstor"]),
         )  # fmt: skip

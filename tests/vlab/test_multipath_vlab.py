@@ -89,8 +89,8 @@ def test_the_labs_dm_conf_is_what_the_maps_are_made_with_and_goes_with_the_fabri
         devices = {h.name: [d.path for d in fabric.devices_on(h.name)] for h in initiators}
         assert dm.problems_everywhere(initiators, devices, 2, False) == []  # no queue_if_no_path on any map
         for host in initiators:
-            assert dm.has_conf(host, "fabricqa", DM_CONF_MARK)
+            assert dm.has_conf(host, lab.target_for("iscsi").name_prefix, DM_CONF_MARK)
     finally:
         fabric.teardown()
     assert leftovers(lab, hosts) == []
-    assert not [h.name for h in initiators if dm.has_conf(h, "fabricqa", DM_CONF_MARK)]
+    assert not [h.name for h in initiators if dm.has_conf(h, lab.target_for("iscsi").name_prefix, DM_CONF_MARK)]

@@ -193,12 +193,12 @@ FOREIGN_IQN = "iqn.2003-01.org.example:foreign"
 SAME_NAMES_SETUP = r"""
 set -e
 mkdir "/sys/kernel/config/target/core/iblock_$1"
-mkdir -p /sys/kernel/config/target/core/iblock_43/fabricqa_nvme0
+mkdir -p "/sys/kernel/config/target/core/iblock_43/$5_nvme0"
 mkdir "/sys/kernel/config/nvmet/ports/$2"
 """
 SAME_NAMES_REMOVE = r"""
 t=/sys/kernel/config/target
-rmdir "$t/core/iblock_$1" "$t/core/iblock_43/fabricqa_nvme0" "$t/core/iblock_43" "$t/iscsi/$3" 2>/dev/null
+rmdir "$t/core/iblock_$1" "$t/core/iblock_43/$5_nvme0" "$t/core/iblock_43" "$t/iscsi/$3" 2>/dev/null
 rmdir "/sys/kernel/config/nvmet/ports/$2" "/sys/kernel/config/nvmet/subsystems/$4" 2>/dev/null
 true
 """
@@ -220,7 +220,7 @@ def test_objects_we_did_not_create_are_never_touched(vlab: tuple[LabModel, dict[
     prefix = lab.target_for("iscsi").name_prefix
     hba = str(mark_number(prefix, f"{prefix}_ram0", *HBA_INDEXES))
     port = str(mark_number(prefix, "tcp:10.10.10.19:4420", *PORT_IDS))
-    names = (hba, port, IQN, RAM_NQN)
+    names = (hba, port, IQN, RAM_NQN, prefix)
     # virtio_blk is in the image but not loaded at boot: the scratch disk becomes /dev/vda here.
     vstor.run(["modprobe", "-a", "virtio_blk", "nvmet", "nvmet_tcp", "target_core_iblock", "iscsi_target_mod"])
     vstor.run(["mkdir", "-p", "/sys/kernel/config/target/iscsi"])
@@ -229,7 +229,7 @@ def test_objects_we_did_not_create_are_never_touched(vlab: tuple[LabModel, dict[
         _sh(vstor, SAME_NAMES_SETUP, *names)
         before = _sh(vstor, NVMET_SNAPSHOT), _sh(vstor, LIO_SNAPSHOT)
         assert FOREIGN_NQN in before[0] and "foreign_scratch" in before[1] and FOREIGN_IQN in before[1]
-        assert "fabricqa_nvme0" in before[1] and f"iblock_{hba}" in before[1]
+        assert f"{prefix}_nvme0" in before[1] and f"iblock_{hba}" in before[1]
         for protocol in ("nvme-tcp", "iscsi"):
             fabric = connect_fabric(lab, protocol, hosts)
             fabric.teardown()

@@ -93,7 +93,8 @@ def _check_luns_and_serials(fabric: Fabric, hosts: dict[str, Host], protocol: st
         for name, device in devices.items():
             # the page's 4-byte header skipped: page code 0x80 is not text
             serial = _sh(hosts[initiator], 'tail -c +5 "/sys/block/${1#/dev/}/device/vpd_pg80"', device.path)
-            assert serial.strip("\x00 \n") == unit_serial("fabricqa", IQN, name)
+            prefix = fabric.lab.target_for(protocol, fabric.target).name_prefix
+            assert serial.strip("\x00 \n") == unit_serial(prefix, IQN, name)
             size = hosts[initiator].run(["blockdev", "--getsize64", device.path]).stdout.strip()
             assert int(size) == device.size_bytes
         session = hosts[initiator].run(["iscsiadm", "-m", "session"]).stdout
