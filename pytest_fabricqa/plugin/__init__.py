@@ -6,6 +6,7 @@ Without ``--lab`` the plugin does nothing: its fixtures exist but nothing parame
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -202,8 +203,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
             release_lock(lab, state_folder(config.rootpath, config.getini("fabricqa_state_dir") or None))
         return
-    import os
-
     from pytest_fabricqa.plugin.session import state_folder
     from pytest_fabricqa.vlab.lab import stop_if_owner
 
@@ -698,20 +697,21 @@ def write_guard(lab: LabModel, lab_hosts: dict[str, Host]) -> WriteGuard:
 
 @pytest.fixture(scope="session")
 def fio_servers(lab: LabModel, lab_hosts: dict[str, Host]) -> Iterator[list[Any]]:
-    """``fio --server`` on every initiator's storage address, for cases that load from all initiators at once."""
-    from pytest_fabricqa.fio import FioServer, server_argv, server_stop_argv
+    """``fio --server`` on every initiator's storage address, for cases that load from all initiators at once: one
+    per session and xdist worker, on its own port and pid file (:mod:`pytest_fabricqa.fio.server`)."""
+    from pytest_fabricqa.fio import server as fio_server
 
-    pidfile = "/run/fabricqa-fio-server.pid"
+    owner = fio_server.owner_name(lab.name, os.environ.get("PYTEST_XDIST_WORKER", "main"))
     servers = []
     try:
         for name in lab.hosts_with("initiator"):
             storage = lab.hosts[name].storage_link
             address = str(storage.address) if storage else (lab.hosts[name].address or name)
-            host = lab_hosts[name]
-            host.run(server_stop_argv(pidfile), check=False)  # a server left by a killed run
-            servers.append(FioServer(name, address))
-            host.run(server_argv(address=address, pidfile=pidfile))
+            try:
+                servers.append(fio_server.start(lab_hosts[name], name, address, owner))
+            except fio_server.FioServerError as exc:
+                pytest.fail(str(exc), pytrace=False)
         yield servers
     finally:
         for server in servers:
-            lab_hosts[server.name].run(server_stop_argv(pidfile), check=False)
+            fio_server.stop(lab_hosts[server.name], owner)
