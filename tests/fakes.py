@@ -74,4 +74,8 @@ def answer_files(files: dict[str, str], argv: tuple[str, ...]) -> Answer:
     if argv[:2] == ("rm", "-f"):
         files.pop(argv[2], None)
         return ""
+    if 'until mkdir "$1"' in script and argv[4].endswith(".lock"):  # the fault records' lock: always free here
+        return "TAKEN\n"
+    if argv[0] == "rmdir" and argv[-1].endswith(".lock"):
+        return ""
     return None

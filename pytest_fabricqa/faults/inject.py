@@ -33,7 +33,8 @@ import ipaddress
 import json
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, Self
 
@@ -265,6 +266,51 @@ def _write_records(host: Host, path: str, faults: Mapping[str, Mapping[str, Any]
         remote.remove_state(host, path)
 
 
+# argv: the lock directory. Takes the records' lock on the host (mkdir is atomic: of two sessions or xdist workers
+# updating one records file, one waits); a lock older than a minute is a killed holder's and is broken. Gives up
+# after 20 s, printing HELD.
+RECORDS_LOCK = r"""
+i=0
+until mkdir "$1" 2>/dev/null; do
+  if [ -n "$(find "$1" -maxdepth 0 -mmin +1 2>/dev/null)" ]; then rmdir "$1" 2>/dev/null; continue; fi
+  i=$((i+1))
+  [ "$i" -lt 200 ] || { echo HELD; exit 0; }
+  sleep 0.1
+done
+echo TAKEN
+"""
+
+
+@contextmanager
+def records_locked(host: Host, path: str) -> Iterator[None]:
+    """Hold the lock of the records file ``path`` on ``host`` while it is read, changed and written back."""
+    lock = f"{path}.lock"
+    if host.run(["sh", "-c", RECORDS_LOCK, "sh", lock]).stdout.strip() != "TAKEN":
+        raise FaultError(
+            host.name,
+            f"the fault records {path} stayed locked for 20 s (another session is injecting or restoring a fault)",
+            f"try again; if no session runs, remove {lock}",
+        )
+    try:
+        yield
+    finally:
+        host.run(["rmdir", lock], check=False)
+
+
+def update_records(
+    host: Host, path: str, change: Callable[[dict[str, dict[str, Any]]], object]
+) -> dict[str, dict[str, Any]]:
+    """Read the records, ``change`` them in place, write them back: all under the records' lock, so two updates
+    never lose each other's record. Returns the records as written."""
+    with records_locked(host, path):
+        faults = _records(host, path)
+        before = json.dumps(faults, sort_keys=True)
+        change(faults)
+        if json.dumps(faults, sort_keys=True) != before:
+            _write_records(host, path, faults)
+        return faults
+
+
 def _start_ticks(pid: int) -> int | None:
     """When process ``pid`` started (clock ticks since boot, /proc/PID/stat field 22): a pid reused since is
     another process. None where /proc cannot tell."""
@@ -366,16 +412,6 @@ class _RecordedFault:
         """Everything :meth:`inject` does before the break: check, register the restore, write the record. A
         caller that must break paths at a given moment arms first (several commands), then :meth:`fire` s (one)."""
         self._check()
-        existing = _records(self.host, self.path).get(self.key)
-        if existing is not None:
-            raise self._refuse(
-                f"a fault on it is already recorded in {self.path} ({existing.get('what', '?')}, by "
-                f"{_owner_text(existing.get('owner'))}) and not restored",
-                "restore that one first (it restores itself when its run ends; a killed run's at the next start)",
-            )
-        # Registered before anything is written or broken: each step below may fail half-way, and the restore
-        # copes with a fault that never happened.
-        undo.push(f"restore {self.name} on {self.host.name}", self._restore_quietly)
         record = {
             "kind": self.kind,
             "what": self.name,
@@ -384,9 +420,21 @@ class _RecordedFault:
             "params": self.params,
             "owner": _owner(),
         }
-        faults = _records(self.host, self.path)
-        faults[self.key] = record
-        _write_records(self.host, self.path, faults)
+
+        def add(faults: dict[str, dict[str, Any]]) -> None:
+            existing = faults.get(self.key)
+            if existing is not None:
+                raise self._refuse(
+                    f"a fault on it is already recorded in {self.path} ({existing.get('what', '?')}, by "
+                    f"{_owner_text(existing.get('owner'))}) and not restored",
+                    "restore that one first (it restores itself when its run ends; a killed run's at the next start)",
+                )
+            # Registered before anything is written or broken: each step below may fail half-way, and the restore
+            # copes with a fault that never happened.
+            undo.push(f"restore {self.name} on {self.host.name}", self._restore_quietly)
+            faults[self.key] = record
+
+        update_records(self.host, self.path, add)
 
     def fire(self) -> float:
         """Break the path (after :meth:`arm`); the host's Unix time (s) just after."""
@@ -414,9 +462,7 @@ class _RecordedFault:
                 f"cannot restore '{self.name}' ({tail})",
                 f"restore it by hand ({self.how()}) and remove its record from {self.path}",
             ) from None
-        faults = _records(self.host, self.path)
-        if faults.pop(self.key, None) is not None:
-            _write_records(self.host, self.path, faults)
+        update_records(self.host, self.path, lambda faults: faults.pop(self.key, None))
         return when
 
 

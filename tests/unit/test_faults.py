@@ -667,3 +667,47 @@ def test_the_nvmet_scripts_unlink_and_relink_idempotently_on_a_real_tree(tmp_pat
     (tmp_path / "ports" / "1" / "subsystems").rmdir()
     (tmp_path / "ports" / "1").rmdir()  # the teardown removed the port: nothing left to restore
     assert run_script(faults.NVMET_RELINK, tmp_path, "1", NQN).returncode == 0
+
+
+def test_concurrent_record_updates_lose_nothing_on_a_real_shell(tmp_path: Path) -> None:
+    """Two xdist workers (or labs) updating one records file at once, for real on this machine: every record
+    survives. Without the lock a read-change-write of one overwrites the other's."""
+    import threading
+
+    from pytest_fabricqa.transport.local import LocalHost
+
+    host = LocalHost("localhost")
+    path = str(tmp_path / "selftest-faults.json")
+
+    def worker(name: str) -> None:
+        for i in range(15):
+            faults.update_records(host, path, lambda f, key=f"{name}-{i}": f.__setitem__(key, {"what": key}))
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in ("gw0", "gw1")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(json.loads(Path(path).read_text())["faults"]) == sorted(
+        f"{n}-{i}" for n in ("gw0", "gw1") for i in range(15)
+    )
+    assert not Path(f"{path}.lock").exists()
+
+
+def test_a_lock_a_killed_holder_left_is_broken_and_a_live_one_is_waited_for(tmp_path: Path) -> None:
+    import os
+    import time
+
+    from pytest_fabricqa.transport.local import LocalHost
+
+    host = LocalHost("localhost")
+    path = str(tmp_path / "selftest-faults.json")
+    lock = Path(f"{path}.lock")
+    lock.mkdir()
+    os.utime(lock, (time.time() - 120, time.time() - 120))  # a minute and more: its holder was killed
+    assert faults.update_records(host, path, lambda f: f.__setitem__("k", {"what": "k"})) == {"k": {"what": "k"}}
+    assert not lock.exists()
+    lock.mkdir()  # held now, by a live session
+    with pytest.raises(faults.FaultError, match=r"stayed locked for 20 s"):
+        faults.update_records(host, path, lambda f: None)
+    assert lock.exists()  # not ours to remove
