@@ -62,12 +62,21 @@ class ScriptedHost:
         self.closed = True
 
 
+def list_records(files: dict[str, str], folder: str) -> str:
+    """What :func:`pytest_fabricqa.targets.remote.other_labs_records`'s listing prints for ``files``."""
+    return "".join(
+        f"{p}\t{t}\n" for p, t in sorted(files.items()) if p.startswith(folder + "/") and p.endswith(".json")
+    )
+
+
 def answer_files(files: dict[str, str], argv: tuple[str, ...]) -> Answer:
     """The plugin's small state files on a host with ``files`` (path -> text): its read (``cat`` if present), its
     atomic write (``mv -f`` of the text to the path) and its ``rm -f``; ``None`` for any other command."""
     script = argv[2] if argv[:2] == ("sh", "-c") else ""
     if script == '[ ! -e "$1" ] || cat "$1"':
         return files.get(argv[4], "")
+    if script.startswith('for f in "$1"/*.json'):
+        return list_records(files, argv[4])
     if "mv -f" in script:
         files[argv[5]] = argv[4]
         return ""

@@ -26,8 +26,9 @@ from pytest_fabricqa.faults.inject import leftover_faults, restore_stale
 from pytest_fabricqa.initiators import iscsi
 from pytest_fabricqa.initiators.connect import Connected, FabricDevice, connect_one, initiator_objects
 from pytest_fabricqa.lab.model import LabModel, iface_name
-from pytest_fabricqa.targets import load_target
+from pytest_fabricqa.targets import load_target, remote
 from pytest_fabricqa.targets.base import Target
+from pytest_fabricqa.targets.configfs import ConfigfsTarget
 from pytest_fabricqa.targets.nvmet import SavedConfigError, load_saved_config
 from pytest_fabricqa.transport.base import CommandError, Host
 from pytest_fabricqa.transport.fanout import each
@@ -341,7 +342,8 @@ def cleanup_stale(lab: LabModel, hosts: Mapping[str, Host], *, target_host: str 
                 name, f"cannot clean what an earlier run left ({command_tail(result)})", "check the host by hand"
             )
         removed += result
-    for driver in _target_drivers(lab, hosts, target_host):
+    drivers = _target_drivers(lab, hosts, target_host)
+    for driver in drivers:
         try:
             removed += driver.cleanup_stale()
         except CommandError as exc:
@@ -350,6 +352,13 @@ def cleanup_stale(lab: LabModel, hosts: Mapping[str, Host], *, target_host: str 
                 f"cannot clean what an earlier run left ({command_tail(exc)})",
                 "check the target by hand",
             ) from None
+    # Another lab's records on these target hosts: its objects are its own, named here and never touched.
+    target_hosts = {d.host.name: d.host for d in drivers if isinstance(d, ConfigfsTarget)}
+    for host in target_hosts.values():
+        removed += [
+            f"{host.name}: left lab {other!r}'s objects alone (its record {path})"
+            for path, other in remote.other_labs_records(host, lab.name)
+        ]
     return removed
 
 

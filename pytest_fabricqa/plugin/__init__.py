@@ -654,7 +654,7 @@ def fabricqa_session_fabric(
     except ProvisionError as exc:
         pytest.fail(str(exc), pytrace=False)
     for line in connected.stale_removed:
-        _log(pytestconfig, f"fabricqa: removed what an earlier run left: {line}")
+        _log(pytestconfig, f"fabricqa: stale clean-up: {line}")
     try:
         yield connected
     finally:

@@ -91,6 +91,26 @@ def remove_state(host: Host, path: str) -> None:
     host.run(["rm", "-f", path])
 
 
+# Every record file of the state folder, one "path<TAB>content" line each (records are one-line JSON).
+_LIST_RECORDS = 'for f in "$1"/*.json; do [ -f "$f" ] && printf "%s\\t%s\\n" "$f" "$(head -c 65536 "$f")"; done; true'
+
+
+def other_labs_records(host: Host, lab_name: str) -> list[tuple[str, str]]:
+    """The record files on ``host`` that name another lab than ``lab_name``: (path, that lab), sorted."""
+    out = host.run(["sh", "-c", _LIST_RECORDS, "sh", STATE_DIR], check=False).stdout
+    found = []
+    for line in out.splitlines():
+        path, _, text = line.partition("\t")
+        try:
+            data = json.loads(text)
+        except ValueError:
+            continue
+        other = data.get("lab") if isinstance(data, dict) else None
+        if isinstance(other, str) and other != lab_name:
+            found.append((path, other))
+    return sorted(found)
+
+
 def is_block_device(host: Host, path: str) -> bool:
     """True when ``path`` is a block device on ``host``."""
     return host.run(["test", "-b", path], check=False).ok

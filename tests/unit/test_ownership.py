@@ -100,3 +100,21 @@ def test_a_record_from_before_records_named_their_lab_is_this_labs() -> None:
     target = _driver(lab, "nvmet", host)
     host.files[target.state_file] = json.dumps({"kind": "nvmet", "owner": "pid 4242", "subsystems": []})
     assert target.cleanup_stale() == [f"vstor: removed the stale state file {target.state_file}"]
+
+
+def test_other_labs_records_are_found_on_a_real_shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The clean-up names every record of another lab on the target host (and touches none of its objects)."""
+    from pytest_fabricqa.targets import remote
+    from pytest_fabricqa.transport.local import LocalHost
+
+    monkeypatch.setattr(remote, "STATE_DIR", str(tmp_path))
+    (tmp_path / "fqa-team-b-spdk.json").write_text(json.dumps({"kind": "spdk", "lab": "team-b"}))
+    (tmp_path / "fqa-vlab-nvmet.json").write_text(json.dumps({"kind": "nvmet", "lab": "vlab"}))
+    (tmp_path / "fabricqa-lio.json").write_text(json.dumps({"kind": "lio"}))  # before records named their lab
+    (tmp_path / "torn.json").write_text("{")
+    assert remote.other_labs_records(LocalHost("localhost"), "vlab") == [
+        (str(tmp_path / "fqa-team-b-spdk.json"), "team-b")
+    ]
+    assert remote.other_labs_records(LocalHost("localhost"), "team-b") == [
+        (str(tmp_path / "fqa-vlab-nvmet.json"), "vlab")
+    ]

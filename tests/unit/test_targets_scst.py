@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import Answer, ScriptedHost
+from fakes import Answer, ScriptedHost, list_records
 from labfiles import as_recorded, vlab_kernel_text_as
 
 from pytest_fabricqa.core.undo import ProvisionError, UndoStack
@@ -116,6 +116,8 @@ class FakeScst(ScriptedHost):
         return None
 
     def shell(self, script: str, args: tuple[str, ...]) -> Answer:
+        if script.startswith('for f in "$1"/*.json'):
+            return list_records(self.fs, args[0])
         if script == SNAPSHOT_SCRIPT:
             return self.render()
         if script == 'head -n 1 "$1"' and args[0].endswith("/QueuedCommands"):

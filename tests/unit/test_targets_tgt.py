@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import Answer, ScriptedHost
+from fakes import Answer, ScriptedHost, list_records
 from labfiles import as_recorded, vlab_kernel_text, vlab_kernel_text_as
 
 from pytest_fabricqa.core.undo import ProvisionError, UndoStack
@@ -148,6 +148,8 @@ class FakeTgtd(ScriptedHost):
         return None
 
     def shell(self, script: str, args: tuple[str, ...]) -> Answer:
+        if script.startswith('for f in "$1"/*.json'):
+            return list_records(self.fs, args[0])
         if "cat" in script and args and args[0].endswith(".json") and "mv" not in script:
             return self.fs.get(args[0], "")
         if "mv -f" in script:
