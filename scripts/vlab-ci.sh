@@ -21,7 +21,8 @@ stamp() { echo "== $1 at $((SECONDS - start)) s"; }
 #   - failover: a path down under I/O on NVMe native multipath (nvme-tcp on nvmet) and on dm-multipath (iscsi on
 #     LIO), and one target-side fault (nvmet's port unlinked under I/O);
 #   - the guarantees: a run killed mid-provisioning cleaned by the next (an NVMe target, a SCSI initiator on LIO),
-#     someone else's nvmet and LIO objects never touched, SIGINT undoing itself, an ASM header refused;
+#     someone else's nvmet and LIO objects never touched, SIGINT undoing itself, an ASM header refused, and a
+#     second lab's SPDK fabric made, torn down and killed beside the first lab's live nvmet fabric;
 #   - the regression-gated re-run under xdist, on the same two points.
 # The full run is what the README asks before resolving a change to targets, initiators, faults, integrity, the
 # virtual lab or the suites.
@@ -40,6 +41,7 @@ case "$scope" in
       "tests/vlab/test_provision_vlab.py::test_a_run_interrupted_with_sigint_undoes_itself[iscsi-target]"
       "tests/vlab/test_provision_vlab.py::test_objects_we_did_not_create_are_never_touched"
       "tests/vlab/test_safety_vlab.py::test_an_asm_header_on_the_backing_devices_is_refused_on_every_initiator_across_nvme_tcp"
+      "tests/vlab/test_two_labs_vlab.py::test_two_labs_on_one_storage_host_leave_each_other_alone[spdk]"
     )
     ;;
   full)
