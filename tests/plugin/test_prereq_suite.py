@@ -14,8 +14,12 @@ LOCAL_LAB = ROOT / "tests" / "data" / "labs" / "local.yaml"
 
 def _run(pytester: pytest.Pytester, lab: Path, *args: str) -> pytest.RunResult:
     report = pytester.path / "report"  # not the repository's own fabricqa-report/ (the suite's rootdir)
+    # Nor the repository's own .fabricqa/: a lab of local hosts keeps its session lock there, and two of these runs
+    # on two xdist workers (one lab name, one rootdir) would refuse each other.
+    state = pytester.path / "state"
     return pytester.runpytest_subprocess(
-        f"--lab={lab}", str(SUITE), "-p", "no:cacheprovider", "-rA", f"--report-dir={report}", *args
+        f"--lab={lab}", str(SUITE), "-p", "no:cacheprovider", "-rA", f"--report-dir={report}",
+        "-o", f"fabricqa_state_dir={state}", *args,
     )
 
 
