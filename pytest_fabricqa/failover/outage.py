@@ -479,12 +479,15 @@ def path_outage(
     runtime_s = math.ceil(settings.before_s + down_s + settings.after_s) + RUNTIME_MARGIN_S
 
     def set_timeouts(host: Host) -> dict[str, Any]:
-        change = faults.PathTimeouts(
-            host,
-            name_prefix,
-            subsystems,
-            nvme=settings.nvme.model_dump() if family == "nvme" else None,
-            iscsi=settings.iscsi.model_dump() if family == "scsi" else None,
+        change = faults.of_lab(
+            lab,
+            faults.PathTimeouts(
+                host,
+                name_prefix,
+                subsystems,
+                nvme=settings.nvme.model_dump() if family == "nvme" else None,
+                iscsi=settings.iscsi.model_dump() if family == "scsi" else None,
+            ),
         )
         change.inject(undo)  # with no timeout to set, it reads what is in force and writes nothing
         return dict(change.params.get("read", {}))

@@ -32,13 +32,15 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-import socket
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, Self
+from typing import Any, ClassVar, Protocol, Self, TypeVar
 
+from pytest_fabricqa.core import proc
 from pytest_fabricqa.core.commands import command_tail
+from pytest_fabricqa.core.errors import FabricQAError
 from pytest_fabricqa.core.export import portal_name
 from pytest_fabricqa.core.protocols import protocol as protocol_spec
 from pytest_fabricqa.core.undo import ProvisionError, UndoStack
@@ -67,6 +69,10 @@ class Fault:
 
 
 STATE_KIND = "faults"
+# How long arming a fault waits for another lab's fault in place on the same host to be restored (a failover case's
+# outage lasts seconds to a minute), and how often it looks.
+OTHER_LAB_WAIT_S = 300.0
+OTHER_LAB_POLL_S = 2.0
 ANA_STATES = ("optimized", "non-optimized", "inaccessible", "persistent-loss", "change")
 """What nvmet's ``ports/N/ana_groups/G/ana_state`` takes (drivers/nvme/target/configfs.c, Linux 6.1)."""
 SPDK_ANA_STATES = ("optimized", "non_optimized", "inaccessible")
@@ -266,9 +272,9 @@ def _write_records(host: Host, path: str, faults: Mapping[str, Mapping[str, Any]
         remote.remove_state(host, path)
 
 
-# argv: the lock directory. Takes the records' lock on the host (mkdir is atomic: of two sessions or xdist workers
-# updating one records file, one waits); a lock older than a minute is a killed holder's and is broken. Gives up
-# after 20 s, printing HELD.
+# argv: the lock directory. Takes the fault records' lock on the host (mkdir is atomic: of two sessions or xdist
+# workers updating records there, one waits); a lock older than a minute is a killed holder's and is broken. Gives
+# up after 20 s, printing HELD.
 RECORDS_LOCK = r"""
 i=0
 until mkdir "$1" 2>/dev/null; do
@@ -281,10 +287,17 @@ echo TAKEN
 """
 
 
+def records_lock_path(path: str) -> str:
+    """The lock of every fault records file in ``path``'s folder (a directory, made and removed)."""
+    return f"{path.rsplit('/', 1)[0]}/faults.lock"
+
+
 @contextmanager
 def records_locked(host: Host, path: str) -> Iterator[None]:
-    """Hold the lock of the records file ``path`` on ``host`` while it is read, changed and written back."""
-    lock = f"{path}.lock"
+    """Hold the lock of the fault records on ``host`` while the records file ``path`` is read, changed and written
+    back. One lock per host, not per file: a fault is armed only after the host's other labs' records were read
+    under the same lock (:meth:`_RecordedFault.arm`), so two labs never break the same host's paths at once."""
+    lock = records_lock_path(path)
     if host.run(["sh", "-c", RECORDS_LOCK, "sh", lock]).stdout.strip() != "TAKEN":
         raise FaultError(
             host.name,
@@ -311,43 +324,54 @@ def update_records(
         return faults
 
 
-def _start_ticks(pid: int) -> int | None:
-    """When process ``pid`` started (clock ticks since boot, /proc/PID/stat field 22): a pid reused since is
-    another process. None where /proc cannot tell."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return int(stat.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _owner() -> dict[str, Any]:
+def _owner(lab: str) -> dict[str, Any]:
     pid = os.getpid()
-    return {"controller": socket.gethostname(), "pid": pid, "started": _start_ticks(pid)}
+    return {"lab": lab, "controller": proc.machine(), "user": proc.user(), "pid": pid, "started": proc.start_ticks(pid)}
 
 
 def owner_alive(owner: Any) -> bool:
     """Whether the run that recorded a fault still runs on this machine (this very process, or another xdist
     worker of the session): its fault is live, not stale, and is its own undo's to restore."""
-    if not isinstance(owner, dict) or owner.get("controller") != socket.gethostname():
+    if not isinstance(owner, dict) or owner.get("controller") != proc.machine():
         return False
-    pid = owner.get("pid")
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # it exists, as another user
-    started = owner.get("started")
-    return started is None or _start_ticks(pid) in (None, started)
+    pid, started = owner.get("pid"), owner.get("started")
+    return isinstance(pid, int) and proc.running(pid, started if isinstance(started, int) else None)
 
 
 def _owner_text(owner: Any) -> str:
     if isinstance(owner, dict) and owner.get("pid"):
-        return f"pid {owner['pid']} on {owner.get('controller', '?')}"
+        lab = f"lab {owner['lab']!r}, " if owner.get("lab") else ""
+        user = f" of user {owner['user']}" if owner.get("user") else ""
+        return f"{lab}pid {owner['pid']}{user} on {owner.get('controller', '?')}"
     return "an unknown run"
+
+
+def _owner_lab(record: Mapping[str, Any]) -> str | None:
+    owner = record.get("owner")
+    lab = owner.get("lab") if isinstance(owner, dict) else None
+    return lab if isinstance(lab, str) else None
+
+
+def other_labs_faults(host: Host, lab_name: str, own_path: str) -> list[tuple[str, dict[str, Any]]]:
+    """The fault records on ``host`` (every records file of its state folder) that another lab's run made: those
+    naming another lab, and, in a records file other than ``own_path``, those naming none (an older version's):
+    (records file, record), in file order."""
+    found = []
+    for path, data in remote.records(host):
+        faults = data.get("faults") if data.get("kind") == STATE_KIND else None
+        for record in faults.values() if isinstance(faults, dict) else ():
+            lab = _owner_lab(record) if isinstance(record, dict) else lab_name
+            if lab not in (lab_name, None) or (lab is None and path != own_path):
+                found.append((path, record))
+    return found
+
+
+class _OtherLabsFault(FabricQAError):
+    """Raised inside the records lock when another lab's fault is in place on the host (waited on outside it)."""
+
+    def __init__(self, path: str, record: dict[str, Any]) -> None:
+        super().__init__(path)
+        self.path, self.record = path, record
 
 
 def _clock(result: CommandResult, what: str) -> float:
@@ -372,6 +396,9 @@ class _RecordedFault:
     kind: ClassVar[str] = ""
     name: str
     key: str
+    #: The lab whose run makes the fault: its record carries it, another lab's run never restores it, and while it
+    #: is in place no other lab's fault is armed on the host. Set by the functions that build faults from a lab.
+    lab: str = ""
 
     def __init__(self, host: Host, name_prefix: str) -> None:
         self.host = host
@@ -418,10 +445,15 @@ class _RecordedFault:
             "host": self.host.name,
             "restore": self.how(),
             "params": self.params,
-            "owner": _owner(),
+            "owner": _owner(self.lab),
         }
 
         def add(faults: dict[str, dict[str, Any]]) -> None:
+            # Under the host's records lock: no other lab's fault may be in place on this host (it breaks the
+            # paths this fault's run measures, and this fault would break the other run's).
+            other = other_labs_faults(self.host, self.lab, self.path)
+            if other:
+                raise _OtherLabsFault(*other[0])
             existing = faults.get(self.key)
             if existing is not None:
                 raise self._refuse(
@@ -434,7 +466,28 @@ class _RecordedFault:
             undo.push(f"restore {self.name} on {self.host.name}", self._restore_quietly)
             faults[self.key] = record
 
-        update_records(self.host, self.path, add)
+        deadline = time.monotonic() + OTHER_LAB_WAIT_S
+        while True:
+            try:
+                update_records(self.host, self.path, add)
+                return
+            except _OtherLabsFault as busy:
+                owner = busy.record.get("owner")
+                if owner_alive(owner) or (isinstance(owner, dict) and owner.get("controller") != proc.machine()):
+                    if time.monotonic() < deadline:
+                        time.sleep(OTHER_LAB_POLL_S)
+                        continue
+                    raise self._refuse(
+                        f"another lab's fault '{busy.record.get('what', '?')}' has been in place for over "
+                        f"{OTHER_LAB_WAIT_S:.0f} s ({_owner_text(owner)}; record {busy.path})",
+                        "run the two labs' failover cases one after the other",
+                    ) from None
+                raise self._refuse(
+                    f"another lab's fault '{busy.record.get('what', '?')}' is in place and its run is gone "
+                    f"({_owner_text(owner)}; record {busy.path})",
+                    f"that lab's next run restores it; or restore it by hand ({busy.record.get('restore', '?')}) "
+                    "and remove its record",
+                ) from None
 
     def fire(self) -> float:
         """Break the path (after :meth:`arm`); the host's Unix time (s) just after."""
@@ -482,6 +535,7 @@ class LinkDown(_RecordedFault):
 
     def __init__(self, lab: LabModel, host: Host, name_prefix: str, interface: str | None = None) -> None:
         super().__init__(host, name_prefix)
+        self.lab = lab.name
         model = lab.hosts.get(host.name)
         self.storage = model.storage if model is not None else ()
         self.management = model.address if model is not None else None
@@ -1370,6 +1424,15 @@ REGISTRY: dict[str, Callable[[LabModel, Host, str, Mapping[str, Any]], _Recorded
 """Record kind -> how to rebuild the fault from its record (for :func:`restore_stale`)."""
 
 
+_F = TypeVar("_F", bound="_RecordedFault")
+
+
+def of_lab(lab: LabModel, fault: _F) -> _F:
+    """``fault``, made by ``lab``'s run (its record names the lab)."""
+    fault.lab = lab.name
+    return fault
+
+
 def link_down(lab: LabModel, hosts: Mapping[str, Host], host: str, *, name_prefix: str | None = None) -> LinkDown:
     """``host``'s storage link (``hosts.NAME.storage.interface``) down and up. Its record goes under
     ``name_prefix`` (default: the first target's, the prefix the lab's fabrics share in the common case)."""
@@ -1436,12 +1499,15 @@ def target_port_down(
     if model.kind == "nvmet":
         assert model.nvme is not None
         trsvcid = port or model.nvme.port
-        return NvmetPortDown(host, model.name_prefix, _nvmet_portid(host, model, spec.transport, traddr, trsvcid))
+        return of_lab(
+            lab, NvmetPortDown(host, model.name_prefix, _nvmet_portid(host, model, spec.transport, traddr, trsvcid))
+        )
     if model.kind == "lio":
         assert model.iscsi is not None
         tpg = _lio_tpg(lab, model, protocol, traddr)
-        portal = LioPortalDown(
-            host, model.name_prefix, model.iscsi.iqn, portal_name(traddr, port or model.iscsi.port), tpg
+        portal = of_lab(
+            lab,
+            LioPortalDown(host, model.name_prefix, model.iscsi.iqn, portal_name(traddr, port or model.iscsi.port), tpg),
         )
         link = _port_link(lab, host, model.name_prefix, traddr)
         return PortOff(f"{portal.name} and {link.name}", [portal, link])
@@ -1461,7 +1527,7 @@ def target_port_down(
             "trsvcid": str(port or model.nvme.port),
         }
         nqn = model.nvme.subsystems[0].nqn if model.nvme.subsystems else ""
-        return SpdkListenerDown(rpc, model.name_prefix, nqn, listen)
+        return of_lab(lab, SpdkListenerDown(rpc, model.name_prefix, nqn, listen))
     raise FaultRefused(
         host.name,
         f"no port fault for {model.kind} targets yet (target {model.name})",
@@ -1497,7 +1563,7 @@ def alua_change(
         )
     assert model.iscsi is not None
     tpg = _lio_tpg(lab, model, protocol, address or lab.target_address(model))
-    return LioAluaChange(host, model.name_prefix, model.iscsi.iqn, tpg, state)
+    return of_lab(lab, LioAluaChange(host, model.name_prefix, model.iscsi.iqn, tpg, state))
 
 
 def ana_change(
@@ -1525,7 +1591,8 @@ def ana_change(
             "trsvcid": str(model.nvme.port),
         }
         rpc = SpdkTarget(lab, model, hosts).rpc()
-        return SpdkAnaChange(rpc, model.name_prefix, tuple(s.nqn for s in model.nvme.subsystems), listen, state)
+        nqns = tuple(s.nqn for s in model.nvme.subsystems)
+        return of_lab(lab, SpdkAnaChange(rpc, model.name_prefix, nqns, listen, state))
     if model.kind != "nvmet":
         raise FaultRefused(
             host.name,
@@ -1535,7 +1602,7 @@ def ana_change(
     assert model.nvme is not None
     traddr = address or lab.target_address(model)
     portid = _nvmet_portid(host, model, protocol_spec(protocol).transport, traddr, model.nvme.port)
-    return AnaStateChange(host, model.name_prefix, portid, state)
+    return of_lab(lab, AnaStateChange(host, model.name_prefix, portid, state))
 
 
 # -- a killed run's faults ----------------------------------------------------------------------------------------
@@ -1595,6 +1662,12 @@ def restore_stale(lab: LabModel, hosts: Mapping[str, Host], *, target_host: str 
             for key, record in records.items():
                 if owner_alive(record.get("owner")):
                     continue
+                if _owner_lab(record) not in (lab.name, None):
+                    restored.append(
+                        f"{host.name}: left {_owner_text(record.get('owner'))}'s fault '{record.get('what', key)}' "
+                        f"alone (its record in {records_path(prefix)})"
+                    )
+                    continue
                 rebuild = REGISTRY.get(str(record.get("kind")))
                 what = record.get("what", key)
                 try:
@@ -1605,7 +1678,7 @@ def restore_stale(lab: LabModel, hosts: Mapping[str, Host], *, target_host: str 
                             f"restore it by hand ({record.get('restore', '?')}) and remove it from "
                             f"{records_path(prefix)}",
                         )
-                    rebuild(lab, host, prefix, record).restore()
+                    of_lab(lab, rebuild(lab, host, prefix, record)).restore()
                 except FaultError as exc:
                     failures.append(exc)
                     continue
@@ -1648,6 +1721,8 @@ __all__ = [
     "fault_window",
     "leftover_faults",
     "link_down",
+    "of_lab",
+    "other_labs_faults",
     "owner_alive",
     "parse_timeouts",
     "records_path",

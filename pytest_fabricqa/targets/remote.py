@@ -95,8 +95,9 @@ def remove_state(host: Host, path: str) -> None:
 _LIST_RECORDS = 'for f in "$1"/*.json; do [ -f "$f" ] && printf "%s\\t%s\\n" "$f" "$(head -c 65536 "$f")"; done; true'
 
 
-def other_labs_records(host: Host, lab_name: str) -> list[tuple[str, str]]:
-    """The record files on ``host`` that name another lab than ``lab_name``: (path, that lab), sorted."""
+def records(host: Host) -> list[tuple[str, dict[str, Any]]]:
+    """Every record file of ``host``'s state folder that holds a JSON object: (path, content), by path. A torn or
+    foreign file is not a record and is left out."""
     out = host.run(["sh", "-c", _LIST_RECORDS, "sh", STATE_DIR], check=False).stdout
     found = []
     for line in out.splitlines():
@@ -105,10 +106,16 @@ def other_labs_records(host: Host, lab_name: str) -> list[tuple[str, str]]:
             data = json.loads(text)
         except ValueError:
             continue
-        other = data.get("lab") if isinstance(data, dict) else None
-        if isinstance(other, str) and other != lab_name:
-            found.append((path, other))
-    return sorted(found)
+        if isinstance(data, dict):
+            found.append((path, data))
+    return sorted(found, key=lambda item: item[0])
+
+
+def other_labs_records(host: Host, lab_name: str) -> list[tuple[str, str]]:
+    """The record files on ``host`` that name another lab than ``lab_name``: (path, that lab), sorted."""
+    return [
+        (path, other) for path, data in records(host) if isinstance(other := data.get("lab"), str) and other != lab_name
+    ]
 
 
 def is_block_device(host: Host, path: str) -> bool:

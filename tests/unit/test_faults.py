@@ -643,6 +643,108 @@ def test_a_second_fault_on_an_object_with_an_unrestored_record_is_refused() -> N
     assert len(undo) == 0 and host.records()["link:eth1"]["owner"] == DEAD
 
 
+# -- two labs on one host (issue 28, items 2 and 6) -----------------------------------------------------------------
+
+B_RECORDS = "/run/fabricqa/fqa-team-b-faults.json"
+
+
+def team_b_fault(host: FaultHost, owner: dict[str, Any], path: str = B_RECORDS) -> None:
+    """Lab 'team-b' has a fault in place on ``host``: its link down on eth2, recorded by ``owner``."""
+    record = {
+        "kind": "link",
+        "what": "vnode1 storage link eth2 down",
+        "host": host.name,
+        "restore": "ip link set dev eth2 up",
+        "params": {"interface": "eth2"},
+        "owner": {**owner, "lab": "team-b"},
+    }
+    old = json.loads(host.files.get(path, '{"kind": "faults", "faults": {}}'))
+    old["faults"]["link:eth2"] = record
+    host.files[path] = json.dumps(old)
+
+
+def live_owner() -> dict[str, Any]:
+    """This very process as a fault's owner: a run that is alive."""
+    import os
+
+    from pytest_fabricqa.core import proc
+
+    return {"controller": proc.machine(), "user": "alice", "pid": os.getpid(), "started": proc.start_ticks(os.getpid())}
+
+
+def test_a_fault_waits_for_another_labs_live_fault_on_the_host_then_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(faults, "OTHER_LAB_WAIT_S", 0.3)
+    monkeypatch.setattr(faults, "OTHER_LAB_POLL_S", 0.05)
+    host = FaultHost()
+    team_b_fault(host, live_owner())
+    undo = UndoStack()
+    with pytest.raises(faults.FaultRefused) as info:
+        link_fault(host).inject(undo)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(
+        "vnode1: refused to inject 'vnode1 storage link eth1 down': another lab's fault 'vnode1 storage link eth2 "
+        "down' has been in place for over 0 s (lab 'team-b', pid "
+    )
+    assert " of user alice on " in message and f"record {B_RECORDS}" in message
+    assert len(undo) == 0 and host.events == [] and RECORDS not in host.files
+
+
+def test_a_fault_goes_ahead_once_the_other_labs_fault_is_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    host = FaultHost()
+    team_b_fault(host, live_owner())
+    waits: list[float] = []
+
+    def other_lab_restores(seconds: float) -> None:
+        waits.append(seconds)
+        host.files.pop(B_RECORDS)  # lab B's restore dropped its record
+
+    monkeypatch.setattr(faults.time, "sleep", other_lab_restores)
+    undo = UndoStack()
+    link_fault(host).inject(undo)
+    assert waits == [faults.OTHER_LAB_POLL_S] and not host.link_up
+    assert host.records()["link:eth1"]["owner"]["lab"] == lab().name
+    undo.unwind()
+    assert host.link_up and host.records() == {}
+
+
+def test_a_killed_other_labs_fault_on_the_host_refuses_at_once_with_its_restore() -> None:
+    """Its run was on this machine and is gone (a run on another machine is waited for: nothing here can tell)."""
+    import subprocess
+    import sys
+
+    from pytest_fabricqa.core import proc
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    host = FaultHost()
+    team_b_fault(host, {"controller": proc.machine(), "pid": gone.pid, "started": 1})
+    refused_msg = (
+        rf"another lab's fault 'vnode1 storage link eth2 down' is in place and its run is gone \(lab 'team-b', pid "
+        rf"{gone.pid} on {proc.machine()}; record /run/fabricqa/fqa-team-b-faults.json\); that lab's next run "
+        r"restores it; or restore it by hand \(ip link set dev eth2 up\) and remove its record$"
+    )
+    undo = UndoStack()
+    with pytest.raises(faults.FaultRefused, match=refused_msg):
+        link_fault(host).inject(undo)
+    assert len(undo) == 0 and host.events == [] and RECORDS not in host.files
+
+
+def test_the_stale_restore_leaves_another_labs_record_alone_and_names_it() -> None:
+    """Two labs that set one name_prefix share a records file: a killed run of the other lab is not ours to
+    restore (its next run does), even though its record sits in our file."""
+    host = FaultHost()
+    team_b_fault(host, DEAD, path=RECORDS)
+    before = host.files[RECORDS]
+    assert faults.restore_stale(lab(), {"vnode1": host}) == [
+        "vnode1: left lab 'team-b', pid 4242 on a-controller-that-was-killed's fault 'vnode1 storage link eth2 down' "
+        "alone (its record in /run/fabricqa/fabricqa-faults.json)"
+    ]
+    assert host.files[RECORDS] == before and host.events == []
+
+
 # -- the scripts themselves --------------------------------------------------------------------------------------------
 
 
@@ -691,7 +793,7 @@ def test_concurrent_record_updates_lose_nothing_on_a_real_shell(tmp_path: Path) 
     assert sorted(json.loads(Path(path).read_text())["faults"]) == sorted(
         f"{n}-{i}" for n in ("gw0", "gw1") for i in range(15)
     )
-    assert not Path(f"{path}.lock").exists()
+    assert not Path(faults.records_lock_path(path)).exists()
 
 
 def test_a_lock_a_killed_holder_left_is_broken_and_a_live_one_is_waited_for(tmp_path: Path) -> None:
@@ -702,7 +804,7 @@ def test_a_lock_a_killed_holder_left_is_broken_and_a_live_one_is_waited_for(tmp_
 
     host = LocalHost("localhost")
     path = str(tmp_path / "selftest-faults.json")
-    lock = Path(f"{path}.lock")
+    lock = Path(faults.records_lock_path(path))  # one per host: the folder's faults.lock
     lock.mkdir()
     os.utime(lock, (time.time() - 120, time.time() - 120))  # a minute and more: its holder was killed
     assert faults.update_records(host, path, lambda f: f.__setitem__("k", {"what": "k"})) == {"k": {"what": "k"}}
