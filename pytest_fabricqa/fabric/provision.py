@@ -12,6 +12,7 @@ teardown is: every initiator logs out/disconnects (in parallel), then the target
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -21,11 +22,12 @@ from functools import partial
 from pytest_fabricqa.core.commands import command_tail
 from pytest_fabricqa.core.export import Export
 from pytest_fabricqa.core.undo import ProvisionError, UndoStack
+from pytest_fabricqa.fabric import lock
 from pytest_fabricqa.fabric.queues import read_queues
 from pytest_fabricqa.faults.inject import leftover_faults, restore_stale
 from pytest_fabricqa.initiators import iscsi
 from pytest_fabricqa.initiators.connect import Connected, FabricDevice, connect_one, initiator_objects
-from pytest_fabricqa.lab.model import LabModel, iface_name
+from pytest_fabricqa.lab.model import LabModel, TargetModel, iface_name
 from pytest_fabricqa.targets import load_target, remote
 from pytest_fabricqa.targets.base import Target
 from pytest_fabricqa.targets.configfs import ConfigfsTarget
@@ -220,6 +222,8 @@ def connect_fabric(lab: LabModel, protocol: str, hosts: Mapping[str, Host], *, t
         _LIVE[live_key] = what
     undo = UndoStack()
     try:
+        if model.host is not None:
+            _take_target_lock(lab, model, hosts[model.host], undo)
         stale = cleanup_stale(lab, hosts, target_host=live_key)
         export = replace(driver.provision(protocol, undo), target=model.name)
         stacks = {name: UndoStack() for name in initiators}
@@ -267,6 +271,16 @@ def connect_fabric(lab: LabModel, protocol: str, hosts: Mapping[str, Host], *, t
         if values:
             fabric.queues.setdefault(model.host, {}).update(values)
     return fabric
+
+
+def _take_target_lock(lab: LabModel, model: TargetModel, host: Host, undo: UndoStack) -> None:
+    """Hold the lock of ``model``'s kind on its host while the fabric lives (given back by ``undo``): another lab's
+    session driving the same kind there is refused with one line naming it (:mod:`pytest_fabricqa.fabric.lock`)."""
+    holder = lock.me(lab.name, os.getpid())
+    undo.push(
+        f"give back the {model.kind} lock on {host.name}", partial(lock.give_back_target, host, model.kind, holder)
+    )
+    lock.take_target(host, model.kind, holder)
 
 
 def _one_line(failures: list[BaseException]) -> ProvisionError:

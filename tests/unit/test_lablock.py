@@ -58,3 +58,57 @@ def test_a_lock_from_another_machine_is_never_taken_over(tmp_path: Path) -> None
     Path(lock).write_text(_holder(1, machine="ci-runner-7").line())
     with pytest.raises(LabInUse, match=r"in use by the pytest session of pid 1 on ci-runner-7"):
         acquire({"vstor": LocalHost("vstor")}, _holder(2), lock)
+
+
+# -- one driver per target kind on a host (issue 28, item 2) -------------------------------------------------------
+
+
+def test_a_target_kind_driven_by_another_labs_live_session_is_refused_naming_lab_user_machine_and_pid(
+    tmp_path: Path,
+) -> None:
+    from pytest_fabricqa.fabric.lock import TargetInUse, give_back_target, me, take_target
+
+    vstor, folder = LocalHost("vstor"), str(tmp_path)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # not a pytest: any process
+    try:
+        team_a = me("team-a", other.pid)
+        assert take_target(vstor, "nvmet", team_a, folder) is False
+        ours = me("team-b", 12345678)
+        with pytest.raises(TargetInUse) as info:
+            take_target(vstor, "nvmet", ours, folder)
+        message = str(info.value)
+        assert "\n" not in message
+        assert message.startswith(
+            f"vstor: nvmet on this host is driven by the session of lab 'team-a', pid {other.pid} of user "
+            f"{team_a.user} on {socket.gethostname()} (since "
+        )
+        assert message.endswith(f"if that session is gone, remove {tmp_path}/target-nvmet.lock on vstor")
+        # Another kind on the same host is the other lab's to drive, at the same time.
+        assert take_target(vstor, "spdk", ours, folder) is False
+        give_back_target(vstor, "nvmet", ours, folder)  # not its holder: nothing happens
+        assert Holder.parse((tmp_path / "target-nvmet.lock").read_text()) == team_a
+        give_back_target(vstor, "nvmet", team_a, folder)
+        assert not (tmp_path / "target-nvmet.lock").exists()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_target_lock_of_a_gone_process_or_a_reused_pid_is_taken_over_and_another_machines_never(
+    tmp_path: Path,
+) -> None:
+    import os
+
+    from pytest_fabricqa.fabric.lock import TargetInUse, me, take_target
+
+    vstor, folder, lock = LocalHost("vstor"), str(tmp_path), tmp_path / "target-scst.lock"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    lock.write_text(me("team-a", dead.pid).line())  # SIGKILLed with its fabric up
+    assert take_target(vstor, "scst", me("team-b", os.getpid()), folder) is True
+    # A live pid that is not the process that took the lock (its start time differs): the pid was reused.
+    lock.write_text(Holder("team-a", socket.gethostname(), os.getpid(), "then", "alice", 1).line())
+    assert take_target(vstor, "scst", me("team-b", os.getpid() + 1), folder) is True
+    lock.write_text(Holder("team-a", "ci-runner-7", 1, "then", "alice", 5).line())
+    with pytest.raises(TargetInUse, match=r"pid 1 of user alice on ci-runner-7"):
+        take_target(vstor, "scst", me("team-b", os.getpid()), folder)

@@ -216,6 +216,7 @@ def test_connect_fabric_provisions_the_named_target_one_pair_per_host_and_reads_
     monkeypatch.setattr(provision, "read_queues", lambda *a, **k: {})
     fabric = provision.connect_fabric(lab, "nvme-tcp", hosts, target="second")
     try:
+        assert "set -C" in hosts["vstor"].commands[0][2]  # the kind's lock on the target host, first of all
         assert provisioned == ["second"] and fabric.target == "second" and fabric.export.target == "second"
         assert fabric.queues == {"vstor": {"spdk_max_queue_depth": 128}}
         with pytest.raises(ProvisionError, match=r"the nvme-tcp fabric of target second is still connected"):
@@ -225,6 +226,42 @@ def test_connect_fabric_provisions_the_named_target_one_pair_per_host_and_reads_
     again = provision.connect_fabric(lab, "nvme-tcp", hosts, target="nvmet")  # the host is free again
     again.teardown()
     assert provisioned == ["second", "nvmet"]
+
+
+def test_connect_fabric_is_refused_before_any_clean_up_when_another_labs_session_drives_the_kind_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Lab B on vstor's nvmet while lab A's live session drives it: one line naming A, nothing cleaned or made,
+    and the host free for B's next pair."""
+    import subprocess
+    import sys
+
+    from pytest_fabricqa.fabric import lock, provision
+
+    lab = load_lab(LABS / "vlab.yaml")
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    held = lock.me("team-a", other.pid)
+
+    def vstor(argv: tuple[str, ...]) -> str:
+        if argv[:2] == ("sh", "-c") and "set -C" in argv[2]:
+            assert argv[5] == "/run/fabricqa/target-nvmet.lock"
+            return "HELD\n" + held.line()
+        raise AssertionError(f"vstor: nothing else may run: {argv}")
+
+    hosts = {name: ScriptedHost(name) for name in lab.hosts}
+    hosts["vstor"] = ScriptedHost("vstor", vstor)
+    monkeypatch.setattr(provision, "cleanup_stale", lambda *a, **k: pytest.fail("cleaned up under another's lock"))
+    try:
+        with pytest.raises(lock.TargetInUse) as info:
+            provision.connect_fabric(lab, "nvme-tcp", hosts, target="nvmet")
+    finally:
+        other.kill()
+        other.wait()
+    assert str(info.value).startswith(
+        f"vstor: nvmet on this host is driven by the session of lab 'team-a', pid {other.pid}"
+    )
+    assert len(hosts["vstor"].commands) == 2  # the take, then the give-back's read (the lock is not ours: kept)
+    assert provision._LIVE == {}
 
 
 def test_an_initiator_that_cannot_let_go_leaves_the_fabric_to_be_provisioned_anew() -> None:
