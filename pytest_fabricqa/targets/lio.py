@@ -13,9 +13,10 @@ targetcli writes in the end, so this module writes it directly.
 
 Ownership: every backstore is named ``<name_prefix>_<device>`` (``fabricqa_nvme0``): that name is the mark.
 The target host's state file ``/run/fabricqa/<name_prefix>-lio.json`` lists the HBAs, backstores and target
-IQN this plugin is about to create, written before the first one exists. A target IQN counts as ours when the
-state file lists it, or when every LUN it has is one of our backstores (what a run killed after the state file
-was lost leaves). Anything else is never touched.
+IQN this plugin is about to create, written before the first one exists. An object is ours only when both say so
+(checked twice, issue 28): a backstore the state file lists that carries our name; a target IQN the state file
+lists whose every LUN is one of our backstores. A target that is only one of the two is named by the stale
+clean-up and never touched; anything else is never touched either.
 """
 
 from __future__ import annotations
@@ -500,25 +501,46 @@ class LioTarget(ConfigfsTarget):
 
     # -- stale state and leftovers -------------------------------------------------------------------------
     def _ours(self, snap: LioSnapshot) -> tuple[list[str], list[str], list[str], bool]:
+        """Ours, checked twice: recorded in this lab's state file *and* carrying our mark.
+
+        - a backstore: recorded, and named ``<prefix>_`` (its mark);
+        - an iSCSI target: recorded, and every LUN of it is backed by a backstore of ours (a target with no LUN yet,
+          what a run killed between its mkdir and its first LUN leaves, has nothing of anyone's behind it);
+        - an HBA: recorded (it holds only backstores, and ``rmdir`` refuses one that holds any).
+        """
         state = self._read_state()
         recorded = state or {}
-        targets = [t for t in recorded.get("targets", []) if t in snap.targets]
-        for iqn in snap.targets:
-            names = snap.lun_backstores(iqn)
-            if iqn not in targets and names and all(n.startswith(self.prefix) for n in names):
-                targets.append(iqn)
-        # The state file is the authority, plus the backstores behind the LUNs of a target that is ours: a backstore
-        # merely named like ours, in someone else's HBA and no target of ours, is theirs.
-        backstores = [k for k in recorded.get("backstores", []) if k in snap.backstores]
-        backstores += [
-            key
-            for iqn in targets
-            for tpg in snap.targets[iqn].values()
-            for link in tpg["luns"].values()
-            if (key := "/".join(link.rstrip("/").split("/")[-2:])) in snap.backstores and key not in backstores
+        backstores = [k for k in recorded.get("backstores", []) if k in snap.backstores and self._marked(k)]
+        targets = [
+            iqn
+            for iqn in recorded.get("targets", [])
+            if iqn in snap.targets and all(self._marked(n) for n in snap.lun_backstores(iqn))
         ]
         hbas = [h for h in recorded.get("hbas", []) if h in snap.hbas]
         return targets, backstores, hbas, state is not None
+
+    def _marked(self, backstore: str) -> bool:
+        """A backstore (``hba/name``) named with our mark."""
+        return backstore.rsplit("/", 1)[-1].startswith(self.prefix)
+
+    def _left_alone(self, snap: LioSnapshot, targets: list[str]) -> list[str]:
+        """One sentence per iSCSI target that is half ours: recorded but backed by another's backstore, or backed
+        only by ours but listed in no record of this lab."""
+        recorded = (self._read_state() or {}).get("targets", [])
+        lines = [
+            f"{self.host.name}: left iSCSI target {iqn} alone: this lab's record lists it, but a LUN of it is backed "
+            "by a backstore that is not the lab's (another session or tool made it since)"
+            for iqn in recorded
+            if iqn in snap.targets and iqn not in targets
+        ]
+        for iqn in snap.targets:
+            names = snap.lun_backstores(iqn)
+            if iqn not in targets and iqn not in recorded and names and all(self._marked(n) for n in names):
+                lines.append(
+                    f"{self.host.name}: left iSCSI target {iqn} alone: its LUNs carry this lab's mark "
+                    f"({self.prefix!r}) but no record of this lab lists it (remove it by hand if it is yours)"
+                )
+        return lines
 
     def cleanup_stale(self) -> list[str]:
         """Remove the targets, backstores and HBAs an earlier run left, then its state file."""
@@ -526,6 +548,7 @@ class LioTarget(ConfigfsTarget):
         removed: list[str] = []
         if snap.loaded:
             targets, backstores, hbas, has_state = self._ours(snap)
+            removed += self._left_alone(snap, targets)
             for iqn in targets:
                 remove_target(self.host, iqn)
                 removed.append(f"{self.host.name}: removed iSCSI target {iqn}")

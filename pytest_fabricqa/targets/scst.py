@@ -12,9 +12,11 @@ plugin stops a daemon it started (``scst.daemon: start``) only when no foreign t
 
 Ownership: devices are named ``<name_prefix>_<device>`` and carry a serial derived from the mark; the state file
 ``/run/fabricqa/<name_prefix>-scst.json`` lists the devices and the target IQN this plugin is about to create,
-written before the first exists, and the pid of an iscsi-scstd it started. A device counts as ours when the state
-file lists it or when it has our name and our serial; a target when the state file lists it or its IQN is the lab's
-and every LUN of it is one of our devices. Anything else is never touched.
+written before the first exists, and the pid of an iscsi-scstd it started. An object is ours only when both say so
+(checked twice, issue 28): a device the state file lists that carries our serial; a target the state file lists
+whose every LUN is one of our devices. A device that is only one of the two is named by the stale clean-up and never
+touched (SCST takes the serial after ``add_device``: a run killed between the two leaves such a device); anything
+else is never touched either.
 """
 
 from __future__ import annotations
@@ -494,26 +496,53 @@ class ScstTarget(ConfigfsTarget):
 
     # -- stale state and leftovers -------------------------------------------------------------------------
     def _ours(self, snap: ScstSnapshot) -> tuple[list[str], list[str], bool]:
+        """Ours, checked twice: recorded in this lab's state file *and* carrying our mark.
+
+        - a device: recorded, and its unit serial (``usn``) is the one this lab gives it (SCST sets the serial
+          after ``add_device``: a run killed between the two leaves a device that is named, never removed);
+        - an iSCSI target: recorded, and every device behind its LUNs is ours (one with no LUN yet has nothing of
+          anyone's behind it).
+        """
         state = self._read_state()
         recorded = state or {}
+        serials = self._serials()
+        devices = [
+            d for d in recorded.get("devices", []) if d in snap.devices and snap.devices[d]["usn"] == serials.get(d)
+        ]
+        targets = [
+            t
+            for t in recorded.get("targets", [])
+            if t in snap.targets and all(n in devices for n in snap.targets[t].devices())
+        ]
+        return targets, devices, state is not None
+
+    def _serials(self) -> dict[str, str]:
+        """Device name -> the unit serial this lab gives it (the mark)."""
         assert self.model.iscsi is not None
-        serials = {
+        return {
             self.device_name(name): unit_serial(self.model.name_prefix, self.model.iscsi.iqn, name)
             for name in self.model.devices
         }
-        devices = [d for d in recorded.get("devices", []) if d in snap.devices]
-        devices += [
-            name
-            for name, device in snap.devices.items()
-            if name not in devices and name in serials and device["usn"] == serials[name]
+
+    def _left_alone(self, snap: ScstSnapshot, devices: list[str]) -> list[str]:
+        """One sentence per device that is half ours: recorded but without our serial, or with it but recorded
+        nowhere."""
+        recorded = (self._read_state() or {}).get("devices", [])
+        serials = self._serials()
+        lines = [
+            f"{self.host.name}: left SCST device {d} alone: this lab's record lists it, but its unit serial is "
+            f"{snap.devices[d]['usn']!r}, not the lab's (another session or tool made it, or a run was killed "
+            "before setting it: remove it by hand if it is yours)"
+            for d in recorded
+            if d in snap.devices and d not in devices
         ]
-        targets = [t for t in recorded.get("targets", []) if t in snap.targets]
-        iqn = self.model.iscsi.iqn
-        if iqn in snap.targets and iqn not in targets:
-            names = snap.targets[iqn].devices()
-            if names and all(n in devices for n in names):
-                targets.append(iqn)
-        return targets, devices, state is not None
+        lines += [
+            f"{self.host.name}: left SCST device {d} alone: it carries this lab's unit serial but no record of this "
+            "lab lists it (remove it by hand if it is yours)"
+            for d, device in snap.devices.items()
+            if d not in devices and d not in recorded and device["usn"] == serials.get(d)
+        ]
+        return lines
 
     def _owned_now(self) -> list[list[str]]:
         snap = self.snapshot()
@@ -531,6 +560,7 @@ class ScstTarget(ConfigfsTarget):
         has_state = self._read_state() is not None
         if snap.loaded:
             targets, devices, has_state = self._ours(snap)
+            removed += self._left_alone(snap, devices)
             for iqn in targets:
                 self.remove_target(iqn)
                 removed.append(f"{self.host.name}: removed SCST iSCSI target {iqn}")

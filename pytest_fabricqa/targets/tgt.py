@@ -7,9 +7,10 @@ numbers tgt-admin and hand-made targets use; LUNs from 1 (tgt keeps LUN 0 for it
 backing store and a unit serial (``--params scsi_sn=``); ACLs bind the lab's initiator IQNs, or every initiator.
 
 Ownership: the state file ``/run/fabricqa/<name_prefix>-tgt.json`` lists every (tid, IQN) this plugin is about to
-create, written before the first one exists; a target counts as ours when the state file lists it with that IQN,
-or when its IQN is the lab's and every LUN of it carries a serial this plugin derives (a run whose state file was
-lost). A tgtd the plugin started is known by its pid file, ``/run/fabricqa/<name_prefix>-tgtd.pid``. Anything else
+create, written before the first one exists. A target is ours only when both say so (checked twice, issue 28):
+the state file lists it with that tid and IQN, *and* every disk LUN of it carries a serial this plugin derives. A
+target that is only one of the two is named by the stale clean-up and never touched (tgt takes a LUN's serial in
+the command after the LUN's: a run killed between the two leaves such a target). A tgtd the plugin started is known by its pid file, ``/run/fabricqa/<name_prefix>-tgtd.pid``. Anything else
 is never touched; tgtd itself refuses to stop while it serves targets, so a foreign target keeps the daemon up.
 """
 
@@ -467,15 +468,35 @@ class TgtTarget(ConfigfsTarget):
 
     # -- stale state and leftovers -------------------------------------------------------------------------
     def _ours(self, snap: TgtSnapshot) -> tuple[list[TgtTargetInfo], bool]:
+        """Ours, checked twice: recorded in this lab's state file (tid and IQN) *and* carrying our mark: every disk
+        LUN's serial is one this lab gives (a target with no disk LUN yet has nothing of anyone's behind it)."""
         state = self._read_state()
         recorded = {(int(t["tid"]), t["iqn"]) for t in (state or {}).get("targets", []) if "tid" in t and "iqn" in t}
-        ours = [t for t in snap.targets.values() if (t.tid, t.iqn) in recorded]
-        plan_serials = self._lab_serials()
-        for target in snap.targets.values():
-            serials = target.disk_serials()
-            if target not in ours and serials and all(s in plan_serials.get(target.iqn, ()) for s in serials):
-                ours.append(target)
+        ours = [t for t in snap.targets.values() if (t.tid, t.iqn) in recorded and self._marked(t)]
         return ours, state is not None
+
+    def _marked(self, target: TgtTargetInfo) -> bool:
+        return all(s in self._lab_serials().get(target.iqn, ()) for s in target.disk_serials())
+
+    def _left_alone(self, snap: TgtSnapshot, ours: list[TgtTargetInfo]) -> list[str]:
+        """One sentence per target that is half ours: recorded but not marked, or marked but recorded nowhere."""
+        state = self._read_state() or {}
+        recorded = {(int(t["tid"]), t["iqn"]) for t in state.get("targets", []) if "tid" in t and "iqn" in t}
+        lines = []
+        for target in snap.targets.values():
+            if target in ours:
+                continue
+            if (target.tid, target.iqn) in recorded:
+                lines.append(
+                    f"{self.host.name}: left tgt target {target.iqn} (tid {target.tid}) alone: this lab's record "
+                    "lists it, but a LUN of it has a serial that is not the lab's (another session or tool made it)"
+                )
+            elif target.disk_serials() and self._marked(target):
+                lines.append(
+                    f"{self.host.name}: left tgt target {target.iqn} (tid {target.tid}) alone: its LUNs carry this "
+                    "lab's serials but no record of this lab lists it (remove it by hand if it is yours)"
+                )
+        return lines
 
     def _lab_serials(self) -> dict[str, set[str]]:
         assert self.model.iscsi is not None
@@ -494,6 +515,7 @@ class TgtTarget(ConfigfsTarget):
         has_state = self._read_state() is not None
         if snap.loaded:
             targets, has_state = self._ours(snap)
+            removed += self._left_alone(snap, targets)
             for target in targets:
                 self.remove_target(target.tid, target.iqn)
                 removed.append(f"{self.host.name}: removed tgt target {target.iqn} (tid {target.tid})")

@@ -118,3 +118,76 @@ def test_other_labs_records_are_found_on_a_real_shell(tmp_path: Path, monkeypatc
     assert remote.other_labs_records(LocalHost("localhost"), "team-b") == [
         (str(tmp_path / "fqa-vlab-nvmet.json"), "vlab")
     ]
+
+
+# -- ownership checked twice (item 3): nvmet ----------------------------------------------------------------------
+
+NQN = "nqn.2026-11.io.fabricqa:vlab-ram0"
+HOST_NQN = "nqn.2026-11.io.fabricqa:vnode1"
+
+
+class NvmetHost(RecordsHost):
+    """A target host whose nvmet tree is ``tree`` (SNAPSHOT_SCRIPT's lines) besides its record files."""
+
+    def __init__(self, tree: str) -> None:
+        super().__init__()
+        self.tree = tree
+
+    def answer(self, argv: tuple[str, ...]) -> Answer:
+        from pytest_fabricqa.targets.nvmet.snapshot import SNAPSHOT_SCRIPT
+
+        if argv[:3] == ("sh", "-c", SNAPSHOT_SCRIPT):
+            return self.tree
+        return super().answer(argv)
+
+
+def _nvmet_record(lab: LabModel, host: NvmetHost, **record: Any) -> ConfigfsTarget:
+    target = _driver(lab, "nvmet", host)
+    host.files[target.state_file] = json.dumps({"kind": "nvmet", "owner": "pid 4242", "lab": lab.name, **record})
+    return target
+
+
+def test_nvmet_a_recorded_subsystem_without_the_labs_mark_is_never_deleted_nor_its_port_or_host_entry() -> None:
+    """The run was killed after recording NQN, port 10001 and a host entry; someone then made a subsystem of that
+    NQN (nvmetcli's model 'Linux'), exported it on a port of that ID and allowed the host entry. None is ours."""
+    lab, _ = _labs()
+    tree = (
+        f"S\t{NQN}\nSA\t{NQN}\tmodel\tLinux\nSH\t{NQN}\t{HOST_NQN}\n"
+        f"P\t10001\ttcp\tipv4\t10.10.10.19\t4420\tnot specified\nPS\t10001\t{NQN}\nH\t{HOST_NQN}\n"
+    )
+    host = NvmetHost(tree)
+    target = _nvmet_record(lab, host, subsystems=[NQN], marks={NQN: "fqa-vlab"}, ports=[10001], hosts=[HOST_NQN])
+    assert target.leftovers() == [f"vstor: state file {target.state_file} is still there"]
+    assert target.cleanup_stale() == [
+        f"vstor: left nvmet subsystem {NQN} alone: this lab's record lists it, but its model is 'Linux', not the "
+        "lab's mark (another session or tool made it since)",
+        f"vstor: removed the stale state file {target.state_file}",
+    ]
+    assert [c for c in host.deletions() if c[:2] != ("rm", "-f")] == []
+
+
+def test_nvmet_a_marked_subsystem_no_record_lists_is_named_and_never_deleted() -> None:
+    lab, _ = _labs()
+    host = NvmetHost(f"S\t{NQN}\nSA\t{NQN}\tmodel\tfqa-vlab\n")
+    target = _driver(lab, "nvmet", host)
+    assert target.leftovers() == []
+    assert target.cleanup_stale() == [
+        f"vstor: left nvmet subsystem {NQN} alone: it carries this lab's mark ('fqa-vlab') but no record of this lab "
+        "lists it (remove it by hand if it is yours)"
+    ]
+    assert host.deletions() == []
+
+
+def test_nvmet_recorded_and_marked_objects_are_cleaned() -> None:
+    """The other half: what both the record and the mark say is ours goes (subsystem, its port, its host entry)."""
+    lab, _ = _labs()
+    tree = (
+        f"S\t{NQN}\nSA\t{NQN}\tmodel\tfqa-vlab\nSH\t{NQN}\t{HOST_NQN}\n"
+        f"P\t10001\ttcp\tipv4\t10.10.10.19\t4420\tnot specified\nPS\t10001\t{NQN}\nH\t{HOST_NQN}\n"
+    )
+    host = NvmetHost(tree)
+    target = _nvmet_record(lab, host, subsystems=[NQN], marks={NQN: "fqa-vlab"}, ports=[10001], hosts=[HOST_NQN])
+    assert target.cleanup_stale()[:2] == [
+        "vstor: removed nvmet port 10001 (tcp 10.10.10.19:4420)",
+        f"vstor: removed nvmet subsystem {NQN}",
+    ]

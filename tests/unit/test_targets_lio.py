@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -89,13 +90,19 @@ class LioHost(ScriptedHost):
         return ""
 
 
-def test_leftovers_and_cleanup_find_our_target_by_its_backstores_even_without_a_state_file() -> None:
+RECORD = json.dumps(
+    {"kind": "lio", "targets": ["iqn.2026-11.io.fabricqa:vstor"], "backstores": ["iblock_0/fabricqa_nvme0"], "hbas": []}
+)
+
+
+def test_leftovers_and_cleanup_find_our_target_recorded_and_backed_by_our_backstores() -> None:
     lab = load_lab(LABS / "vlab.yaml")
-    host = LioHost((DATA / "lio-snapshot-iser.txt").read_text())
+    host = LioHost((DATA / "lio-snapshot-iser.txt").read_text(), RECORD)
     target = LioTarget(lab, lab.target_for("iser"), {"vstor": host})
     assert target.leftovers() == [
         "vstor: iSCSI target iqn.2026-11.io.fabricqa:vstor is still configured",
         "vstor: LIO backstore iblock_0/fabricqa_nvme0 is still configured",
+        "vstor: state file /run/fabricqa/fabricqa-lio.json is still there",
     ]
     removed = target.cleanup_stale()
     assert removed[0] == "vstor: removed iSCSI target iqn.2026-11.io.fabricqa:vstor"
@@ -103,6 +110,40 @@ def test_leftovers_and_cleanup_find_our_target_by_its_backstores_even_without_a_
     assert removals[0][-1] == "iqn.2026-11.io.fabricqa:vstor"  # the target goes before its backstore
     assert removals[1][-2:] == ("sh", "iblock_0/fabricqa_nvme0")  # with the ALUA groups in it
     assert removals[1][2] == REMOVE_BACKSTORE_SCRIPT
+
+
+def test_a_target_with_our_mark_that_no_record_lists_is_named_and_left_alone() -> None:
+    """Checked twice (issue 28): its LUNs' backstores carry our prefix, but no record of this lab lists it, so it is
+    not known to be ours (a record lost by hand, or another session with the same prefix): named, never removed."""
+    lab = load_lab(LABS / "vlab.yaml")
+    host = LioHost((DATA / "lio-snapshot-iser.txt").read_text())
+    target = LioTarget(lab, lab.target_for("iser"), {"vstor": host})
+    assert target.leftovers() == []
+    assert target.cleanup_stale() == [
+        "vstor: left iSCSI target iqn.2026-11.io.fabricqa:vstor alone: its LUNs carry this lab's mark ('fabricqa_') "
+        "but no record of this lab lists it (remove it by hand if it is yours)"
+    ]
+    assert not [c for c in host.commands if "rmdir" in " ".join(c) or "REMOVE" in " ".join(c)]
+
+
+def test_a_recorded_target_backed_by_another_backstore_is_named_and_left_alone() -> None:
+    """The record lists the IQN (a run killed before making it), then someone else made a target of that IQN over
+    a backstore of theirs: never ours to remove."""
+    lab = load_lab(LABS / "vlab.yaml")
+    foreign = (
+        "H\tiblock_7\nB\tiblock_7/prod_lun\t/dev/sdz\t1\nT\tiqn.2026-11.io.fabricqa:vstor\n"
+        "G\tiqn.2026-11.io.fabricqa:vstor\ttpgt_1\t1\n"
+        "L\tiqn.2026-11.io.fabricqa:vstor\ttpgt_1\tlun_0\t../../../../../../target/core/iblock_7/prod_lun\n"
+    )
+    host = LioHost(foreign, RECORD)
+    target = LioTarget(lab, lab.target_for("iser"), {"vstor": host})
+    assert target.leftovers() == ["vstor: state file /run/fabricqa/fabricqa-lio.json is still there"]
+    assert target.cleanup_stale() == [
+        "vstor: left iSCSI target iqn.2026-11.io.fabricqa:vstor alone: this lab's record lists it, but a LUN of it is "
+        "backed by a backstore that is not the lab's (another session or tool made it since)",
+        "vstor: removed the stale state file /run/fabricqa/fabricqa-lio.json",
+    ]
+    assert not [c for c in host.commands if c[-1] in ("iqn.2026-11.io.fabricqa:vstor", "iblock_7/prod_lun")]
 
 
 def test_a_foreign_target_and_backstore_are_not_ours() -> None:

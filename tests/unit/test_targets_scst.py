@@ -349,11 +349,41 @@ def test_a_killed_runs_objects_are_cleaned_with_or_without_the_state_file(tmp_pa
         "vstor: removed SCST device fqa-vlab_nvme0",
     ]
     assert list(host.targets) == [FOREIGN] and list(host.devices) == ["prod_lun"]
-    # The state file lost: the devices are known by name and serial, the target by its LUNs.
+    # The state file lost (issue 28: ours only when recorded *and* marked): the devices still carry the lab's
+    # serial, but no record lists them, so they are named and left; the target is not even named (no LUN of it is
+    # marked without a record: it is left with them).
     _target(lab, host, "iscsi").provision("iscsi", UndoStack())
     host.fs.clear()
-    assert len(fresh.cleanup_stale()) == 3
-    assert list(host.targets) == [FOREIGN] and list(host.devices) == ["prod_lun"]
+    assert fresh.cleanup_stale() == [
+        f"vstor: left SCST device {name} alone: it carries this lab's unit serial but no record of this lab lists it "
+        "(remove it by hand if it is yours)"
+        for name in ("fqa-vlab_ram0", "fqa-vlab_nvme0")
+    ]
+    assert list(host.targets) == [FOREIGN, IQN] and list(host.devices) == [
+        "prod_lun",
+        "fqa-vlab_ram0",
+        "fqa-vlab_nvme0",
+    ]
+
+
+def test_a_recorded_device_without_the_labs_serial_is_named_and_left_alone(tmp_path: Path) -> None:
+    """Checked twice (issue 28): the record lists a device whose unit serial is not the lab's (someone made a
+    device of that name since the run was killed), and the target over it: neither is removed."""
+    lab = _vlab(tmp_path)
+    host = FakeScst()
+    host.driver_enabled = "1"
+    _target(lab, host, "iscsi").provision("iscsi", UndoStack())  # killed: never unwound
+    for device in host.devices.values():
+        device["usn"] = "someone-elses"
+    fresh = _target(lab, host, "iscsi")
+    assert fresh.leftovers() == [f"vstor: state file {fresh.state_file} is still there"]
+    lines = fresh.cleanup_stale()
+    assert lines[0] == (
+        "vstor: left SCST device fqa-vlab_ram0 alone: this lab's record lists it, but its unit serial is "
+        "'someone-elses', not the lab's (another session or tool made it, or a run was killed before setting it: "
+        "remove it by hand if it is yours)"
+    )
+    assert list(host.targets) == [IQN] and list(host.devices) == ["fqa-vlab_ram0", "fqa-vlab_nvme0"]
 
 
 def test_iscsi_scstd_missing_or_deaf_to_iser_is_one_line(tmp_path: Path) -> None:

@@ -352,12 +352,34 @@ def test_a_killed_runs_target_is_cleaned_with_or_without_its_state_file(tmp_path
         f"vstor: removed the stale state file {fresh.state_file}",
     ]
     assert sorted(host.targets) == [1]
-    # The state file lost (removed by hand): the target is still known by its serials.
+    # The state file lost (removed by hand; issue 28: ours only when recorded *and* marked): its serials are the
+    # lab's, but no record lists it, so it is named and left.
     _target(lab, host).provision("iscsi", UndoStack())
     host.fs.clear()
-    assert fresh.leftovers() == [f"vstor: tgt target {IQN} (tid {tid}) is still configured"]
-    assert fresh.cleanup_stale() == [f"vstor: removed tgt target {IQN} (tid {tid})"]
-    assert sorted(host.targets) == [1]
+    assert fresh.leftovers() == []
+    assert fresh.cleanup_stale() == [
+        f"vstor: left tgt target {IQN} (tid {tid}) alone: its LUNs carry this lab's serials but no record of this "
+        "lab lists it (remove it by hand if it is yours)"
+    ]
+    assert sorted(host.targets) == [1, tid]
+
+
+def test_a_recorded_target_whose_luns_carry_another_serial_is_named_and_left_alone(tmp_path: Path) -> None:
+    """Checked twice (issue 28): the record lists the tid and IQN, but the LUNs' serials are not the lab's (the run
+    was killed, then someone made a target of that tid and IQN): never removed."""
+    lab = _lab(tmp_path)
+    host = FakeTgtd()
+    _target(lab, host).provision("iscsi", UndoStack())  # never unwound: the run was killed
+    tid = next(iter(host.targets))
+    for lun in host.targets[tid]["luns"].values():
+        lun["serial"] = "theirs"
+    fresh = _target(lab, host)
+    assert fresh.leftovers() == [f"vstor: state file {fresh.state_file} is still there"]
+    assert fresh.cleanup_stale()[0] == (
+        f"vstor: left tgt target {IQN} (tid {tid}) alone: this lab's record lists it, but a LUN of it has a serial "
+        "that is not the lab's (another session or tool made it)"
+    )
+    assert sorted(host.targets) == [tid]
 
 
 def test_a_tid_taken_meanwhile_moves_on_and_a_name_taken_meanwhile_stops(tmp_path: Path) -> None:

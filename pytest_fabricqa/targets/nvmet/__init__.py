@@ -9,7 +9,10 @@ state file, ``/run/fabricqa/<name_prefix>-nvmet.json``, listing every port, subs
 is about to create; it is written *before* the first object is made and removed after the last one is gone.
 /run is a tmpfs, so the file lives exactly as long as the configfs objects. Each subsystem also gets
 ``attr_model`` = the name prefix (where the kernel allows it), so an engineer sees on the initiator
-(``nvme list``) and on the target who made it. Objects in neither are never touched.
+(``nvme list``) and on the target who made it. An object is ours only when both say so (checked twice, issue 28):
+a subsystem the record lists *and* that carries the mark the record gives it; a port the record lists whose every
+subsystem is ours; a host entry the record lists that no other subsystem allows. A subsystem that is only one of
+the two (recorded but unmarked, marked but unrecorded) is named by the stale clean-up and never touched.
 
 The package is split by job: :mod:`.plan` (what to create), :mod:`.saved` (nvmetcli's JSON in and out),
 :mod:`.snapshot` (what is on the target, and removing one object) and :mod:`.driver` (provisioning).

@@ -78,6 +78,9 @@ class NvmetTarget(ConfigfsTarget):
             "kind": "nvmet",
             "owner": f"pid {os.getpid()}",
             "subsystems": [s.nqn for s in plan.subsystems],
+            # The mark each subsystem will carry (its attr_model: the lab's mark unless the saved configuration
+            # sets one): a recorded subsystem is ours only while it carries it.
+            "marks": {s.nqn: dict(s.attrs).get("model", self.mark) for s in plan.subsystems},
             "ports": sorted(portids.values()),
             "hosts": new_hosts,
         }
@@ -265,23 +268,64 @@ class NvmetTarget(ConfigfsTarget):
 
     # -- stale state and leftovers -------------------------------------------------------------------------
     def _ours(self, snap: NvmetSnapshot) -> tuple[list[int], list[str], list[str], bool]:
+        """Ours, checked twice: recorded in this lab's state file *and* carrying our mark.
+
+        - a subsystem: recorded, and its ``attr_model`` is the mark the record gives it (a kernel without
+          ``attr_model`` shows none: the record alone then);
+        - a port: recorded, and every subsystem it exports is ours (a port exporting another's subsystem is theirs
+          too: removing it would cut their paths);
+        - a host entry: recorded, and no subsystem of another allows it.
+        """
         state = self._read_state()
         recorded = state or {}
-        ports = [int(p) for p in recorded.get("ports", []) if int(p) in snap.ports]
-        subsystems = [s for s in recorded.get("subsystems", []) if s in snap.subsystems]
-        subsystems += [
-            nqn for nqn in snap.subsystems if nqn not in subsystems and self.mark and snap.model_of(nqn) == self.mark
+        subsystems = [
+            s for s in recorded.get("subsystems", []) if s in snap.subsystems and self._marked(snap, s, recorded)
         ]
-        hosts = [h for h in recorded.get("hosts", []) if h in snap.hosts]
+        ports = [
+            int(p)
+            for p in recorded.get("ports", [])
+            if int(p) in snap.ports and all(n in subsystems for n in snap.ports[int(p)]["subsystems"])
+        ]
+        allowed_by_others = {
+            h for nqn, sub in snap.subsystems.items() if nqn not in subsystems for h in sub["allowed_hosts"]
+        }
+        hosts = [h for h in recorded.get("hosts", []) if h in snap.hosts and h not in allowed_by_others]
         return ports, subsystems, hosts, state is not None
 
+    def _marked(self, snap: NvmetSnapshot, nqn: str, recorded: Mapping[str, Any]) -> bool:
+        model = snap.model_of(nqn)
+        marks = recorded.get("marks")
+        mark = marks.get(nqn, self.mark) if isinstance(marks, dict) else self.mark
+        return model in ("", mark)
+
+    def _left_alone(self, snap: NvmetSnapshot, ours: list[str]) -> list[str]:
+        """One sentence per subsystem that is half ours: recorded but not marked, or marked but not recorded."""
+        recorded = self._read_state() or {}
+        lines = [
+            f"{self.host.name}: left nvmet subsystem {nqn} alone: this lab's record lists it, but its model is "
+            f"{snap.model_of(nqn)!r}, not the lab's mark (another session or tool made it since)"
+            for nqn in recorded.get("subsystems", [])
+            if nqn in snap.subsystems and nqn not in ours
+        ]
+        lines += [
+            f"{self.host.name}: left nvmet subsystem {nqn} alone: it carries this lab's mark ({self.mark!r}) but no "
+            f"record of this lab lists it (remove it by hand if it is yours)"
+            for nqn in snap.subsystems
+            if nqn not in ours
+            and nqn not in recorded.get("subsystems", [])
+            and self.mark
+            and snap.model_of(nqn) == self.mark
+        ]
+        return lines
+
     def cleanup_stale(self) -> list[str]:
-        """Remove the ports, subsystems and host entries an earlier run recorded (or marked), then its state file."""
+        """Remove the ports, subsystems and host entries an earlier run recorded that are still ours (:meth:`_ours`),
+        name those left alone, then drop its state file."""
         snap = self.snapshot()
         if not snap.loaded:
             return self._drop_stale_state(self._read_state() is not None)
         ports, subsystems, hosts, has_state = self._ours(snap)
-        removed: list[str] = []
+        removed: list[str] = self._left_alone(snap, subsystems)
         for portid in ports:
             p = snap.ports[portid]
             remove_port(self.host, portid)
