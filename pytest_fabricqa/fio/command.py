@@ -174,8 +174,9 @@ def server_argv(
 
 
 def server_stop_argv(pidfile: str) -> list[str]:
-    """Stop the fio server whose pid is in ``pidfile`` (by that pid, never by process name)."""
-    return ["pkill", "--pidfile", pidfile]
+    """Stop the fio server whose pid is in ``pidfile``: by that pid, and only while that pid is still fio (a pid
+    reused since by another program is left alone)."""
+    return ["pkill", "-x", "fio", "--pidfile", pidfile]
 
 
 def client_argv(

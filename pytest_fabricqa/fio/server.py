@@ -14,7 +14,7 @@ import hashlib
 import re
 
 from pytest_fabricqa.core.errors import FabricQAError
-from pytest_fabricqa.fio.command import server_argv
+from pytest_fabricqa.fio.command import server_argv, server_stop_argv
 from pytest_fabricqa.fio.model import FioServer
 from pytest_fabricqa.transport.base import Host
 
@@ -44,8 +44,9 @@ def first_port(owner: str) -> int:
 
 
 def stop_argv(path: str) -> list[str]:
-    """Stop the fio process whose pid ``path`` names; nothing when that pid is no longer fio."""
-    return ["pkill", "-x", "fio", "--pidfile", path]
+    """Stop the fio process whose pid ``path`` names; nothing when that pid is no longer fio (one place:
+    :func:`pytest_fabricqa.fio.command.server_stop_argv`)."""
+    return server_stop_argv(path)
 
 
 def start(host: Host, name: str, address: str, owner: str) -> FioServer:

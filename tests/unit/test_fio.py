@@ -385,7 +385,7 @@ def test_server_argv_and_ipv6() -> None:
     ]  # fmt: skip
     assert server_argv() == ["fio", "--server=,8765"]
     assert FioServer("h", "fd00::1", 4444).connect_string == "ip6:fd00::1,4444"
-    assert server_stop_argv("/run/fio.pid") == ["pkill", "--pidfile", "/run/fio.pid"]
+    assert server_stop_argv("/run/fio.pid") == ["pkill", "-x", "fio", "--pidfile", "/run/fio.pid"]
 
 
 @pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
