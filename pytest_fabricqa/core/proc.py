@@ -13,13 +13,20 @@ import socket
 from pathlib import Path
 
 
-def start_ticks(pid: int, proc: Path = Path("/proc")) -> int | None:
-    """When process ``pid`` started (clock ticks since boot); None where /proc cannot tell (it is gone)."""
+def _stat(pid: int, proc: Path) -> tuple[str, int] | None:
+    """Process ``pid``'s state letter and start time, or None when /proc has no such process."""
     try:
-        text = (proc / str(pid) / "stat").read_text()
-        return int(text.rsplit(")", 1)[1].split()[19])
+        fields = (proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[19])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def start_ticks(pid: int, proc: Path = Path("/proc")) -> int | None:
+    """When process ``pid`` started (clock ticks since boot); None when it is gone, a zombie included (a killed
+    child its parent has not reaped yet still has a /proc entry, and runs no more)."""
+    stat = _stat(pid, proc)
+    return None if stat is None or stat[0] in ("Z", "X") else stat[1]
 
 
 def machine() -> str:
@@ -35,15 +42,10 @@ def user() -> str:
         return str(os.getuid())
 
 
-def running(pid: int, started: int | None) -> bool:
-    """Whether process ``pid`` on this machine runs and is the one that started at ``started`` (any process of
-    that pid when ``started`` is None)."""
+def running(pid: int, started: int | None, proc: Path = Path("/proc")) -> bool:
+    """Whether process ``pid`` on this machine runs (not a zombie) and is the one that started at ``started`` (any
+    process of that pid when ``started`` is None)."""
     if pid <= 0:
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # it exists, as another user
-    return started is None or start_ticks(pid) in (None, started)
+    ticks = start_ticks(pid, proc)
+    return ticks is not None and (started is None or ticks == started)
