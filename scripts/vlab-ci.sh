@@ -42,6 +42,7 @@ case "$scope" in
       "tests/vlab/test_provision_vlab.py::test_objects_we_did_not_create_are_never_touched"
       "tests/vlab/test_safety_vlab.py::test_an_asm_header_on_the_backing_devices_is_refused_on_every_initiator_across_nvme_tcp"
       "tests/vlab/test_two_labs_vlab.py::test_two_labs_on_one_storage_host_leave_each_other_alone[spdk]"
+      "tests/vlab/test_two_labs_vlab.py::test_a_second_lab_that_would_drive_the_same_kind_on_the_host_is_refused_in_one_line"
     )
     ;;
   full)

@@ -35,7 +35,7 @@ ROOT = Path(__file__).parents[2]
 B_FILE = "/var/tmp/fqa-team-b.img"  # lab B's backing store: a file, so A's RAM disk and NVMe drive stay A's alone
 B_NQN = "nqn.2026-11.io.fabricqa:team-b-img0"
 B_IQN = "iqn.2026-11.io.fabricqa:team-b"
-PROTOCOL = {"spdk": "nvme-tcp", "scst": "iscsi", "tgt": "iscsi"}
+PROTOCOL = {"spdk": "nvme-tcp", "scst": "iscsi", "tgt": "iscsi", "nvmet": "nvme-tcp"}
 
 # Lab B's session in a process of its own: connect, say UP, then (cycle) tear down and say DOWN, or (hold) wait to
 # be killed.
@@ -184,3 +184,27 @@ def test_two_labs_on_one_storage_host_leave_each_other_alone(
             child.wait(timeout=30)
         cleanup_stale(lab_b, hosts)
         vstor.run(["rm", "-f", B_FILE], check=False)
+
+
+def test_a_second_lab_that_would_drive_the_same_kind_on_the_host_is_refused_in_one_line(
+    vlab: tuple[LabModel, dict[str, Host], dict[str, str]],
+) -> None:
+    """The lock per target kind (issue 28, item 2): while lab A's nvmet fabric is up, lab B's nvmet fabric on the
+    same vstor stops before its stale clean-up, with one line naming A's session; A's objects and record stay."""
+    lab_a, hosts, ssh = vlab
+    lab_b = team_b("nvmet")
+    vstor = hosts["vstor"]
+    fabric = connect_fabric(lab_a, "nvme-tcp", hosts, target="nvmet")
+    try:
+        before = _a_state(lab_a, vstor)
+        child = _start_b(lab_b, ssh, "nvmet", "cycle")
+        out, err = child.communicate(timeout=300)
+        assert child.returncode != 0 and "UP" not in out
+        last = err.strip().splitlines()[-1]
+        assert f"vstor: nvmet on this host is driven by the session of lab {lab_a.name!r}, pid {os.getpid()}" in last
+        assert _a_state(lab_a, vstor) == before, "lab B changed lab A's nvmet objects or record"
+        assert leftovers(lab_b, hosts) == []
+    finally:
+        fabric.teardown()
+    assert leftovers(lab_a, hosts) == []
+    assert vstor.run(["test", "-e", "/run/fabricqa/target-nvmet.lock"], check=False).exit_code == 1, "lock kept"
