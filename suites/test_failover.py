@@ -27,7 +27,7 @@ logs its IOPS every 100 ms; paths go down on every initiator at once and come ba
 - ``all-paths-down-long``: for longer than the path timeout. I/O errors must be seen on every host (proof the
   measurement sees errors); afterwards every initiator reads its device again and writes and verifies a region.
 
-Per host the case reports the longest stall, the first I/O and the recovery to 90% after the fault, the I/O and
+Per host the case reports the fault's stall (the run's other gaps beside it), the first I/O and the recovery to 90% after the fault, the I/O and
 verify errors. The path timeouts the cases run with come from the lab's ``failover`` section and are set only
 for the case, the old values recorded on each initiator first (a killed run's come back at the next start).
 """
@@ -45,6 +45,7 @@ from pytest_fabricqa.core.undo import UndoStack
 from pytest_fabricqa.fabric.provision import Fabric
 from pytest_fabricqa.failover import outage as og
 from pytest_fabricqa.failover import parity
+from pytest_fabricqa.failover.figures import stall_rule
 from pytest_fabricqa.faults import inject as faults
 from pytest_fabricqa.fio.verify import Region
 from pytest_fabricqa.integrity import checks as ig
@@ -211,6 +212,7 @@ def _outage_case(
                 },
                 "timeouts_applied": {"nvme": settings.nvme.model_dump(), "iscsi": settings.iscsi.model_dump()},
                 "series": result.series,  # IOPS over time per host and the fault window: the report's chart
+                "stall_rule": stall_rule(og.INTERVAL_MS),  # how the stall was measured, said in the report
             }
         },
     )  # fmt: skip
@@ -255,7 +257,7 @@ def _target_fault(
 
 
 def _worst(result: og.OutageResult) -> dict[str, float]:
-    """The case's figures: each the worst host's (longest stall, most errors)."""
+    """The case's figures: each the worst host's (longest fault stall, most errors)."""
     worst: dict[str, float] = {}
     for figures in result.figures.values():
         for name, value in figures.figures().items():

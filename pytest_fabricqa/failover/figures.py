@@ -1,7 +1,9 @@
 """Path failover figures, per host and fault, from fio's own IOPS log (issue 13, "Measured per host").
 
 A failover case runs fio with ``write_iops_log`` and ``log_avg_msec=100`` (:func:`pytest_fabricqa.fio.logs
-.log_options`), breaks a path, and reads back per host: the longest stall, the time from the fault to the first
+.log_options`), breaks a path, and reads back per host: the fault's stall (:func:`fault_stall`: the one that
+begins at the fault, gated by ``max_stall_s``) and the run's longest other gap (a figure only), the time from the
+fault to the first
 completion after it, the time until throughput is back to 90% of its pre-fault mean, the I/O and verify errors;
 and, with every path up, the path imbalance of the Windows HLK multiport rule (the slowest path at most 10% below
 the fastest).
@@ -47,6 +49,11 @@ FAULT_REACH_MS = 3000
 buffers, a controller's queue) completes for a moment after a path is lost (120 ms in the recorded
 receiver-stopped run), and the fault's start is read just before its command, which takes up to ~1.5 s on an
 emulated guest."""
+FAULT_LEAD_INTERVALS = 2
+"""A stall that begins up to this many of fio's log intervals before the fault's recorded start is still the
+fault's: the start is the host's time just after the break's command, and fio's log puts an interval's end where
+its helper thread woke. Recorded on the lab: every link down at once, the gap began 113 ms before the recorded start
+(tests/data/failover, the brief outage of nvme-tcp)."""
 PARITY_PCT = 10.0
 """The Windows HLK multiport rule: no path more than 10% slower than another (a lab's ``max_path_imbalance_pct``)."""
 
@@ -145,8 +152,8 @@ def longest_stall(series: HostSeries) -> Stall | None:
 
 
 def fault_stall(series: HostSeries, fault: Fault) -> Stall | None:
-    """The stall the fault caused: the longest (the first of equals) that begins between an interval before the
-    fault and :data:`FAULT_REACH_MS` after it, ends after the fault's start, and is longer than every stall the
+    """The stall the fault caused: the longest (the first of equals) that begins between
+    :data:`FAULT_LEAD_INTERVALS` intervals before the fault and :data:`FAULT_REACH_MS` after it, ends after the fault's start, and is longer than every stall the
     host showed before the fault (its jitter: at a few I/Os per interval an interval without a completion happens,
     and the run's first moments are left out). None when the fault caused none: I/O moved at once.
 
@@ -162,11 +169,37 @@ def fault_stall(series: HostSeries, fault: Fault) -> Stall | None:
     caused = [
         s
         for s in found
-        if fault.start_ms - series.interval_ms <= s.start_ms <= reach
+        if fault.start_ms - FAULT_LEAD_INTERVALS * series.interval_ms <= s.start_ms <= reach
         and s.end_ms > fault.start_ms
         and s.end_ms - s.start_ms > jitter
     ]
     return max(caused, key=lambda s: s.end_ms - s.start_ms) if caused else None
+
+
+def stall_rule(interval_ms: int) -> str:
+    """How the fault's stall is measured, and at what resolution, in words for the report (from the constants
+    :func:`fault_stall` uses)."""
+    return (
+        f"The fault's stall is the longest time without a completed I/O that begins between "
+        f"{FAULT_LEAD_INTERVALS * interval_ms / 1000:g} s before the fault and {FAULT_REACH_MS / 1000:g} s after it "
+        f"and is longer than every gap before the fault, read from fio's IOPS log in {interval_ms} ms intervals (up "
+        f"to {2 * interval_ms / 1000:g} s short). The run's longest other gap is shown beside it and not gated; a gap "
+        "before the fault longer than the stall limit fails the case as a lab that was not quiet."
+    )
+
+
+def other_stall(series: HostSeries, fault: Fault) -> Stall | None:
+    """The run's longest gap that is not the fault's stall (the first of equals); None when there is none."""
+    own = fault_stall(series, fault)
+    others = [s for s in stalls(series) if s != own]
+    return max(others, key=lambda s: s.end_ms - s.start_ms) if others else None
+
+
+def quiet_before(series: HostSeries, fault: Fault) -> Stall | None:
+    """The longest gap that ended before the fault began, leaving out the run's first moments (a gap from the
+    run's start is fio starting, not the lab pausing); None when I/O flowed without one."""
+    before = [s for s in stalls(series) if s.start_ms > series.start_ms and s.end_ms <= fault.start_ms]
+    return max(before, key=lambda s: s.end_ms - s.start_ms) if before else None
 
 
 def pre_fault_iops(series: HostSeries, fault: Fault) -> float | None:
@@ -247,6 +280,7 @@ class FailoverFigures:
     host: str
     fault: Fault
     stall: Stall | None
+    """The fault's stall (:func:`fault_stall`); None when I/O moved at once."""
     first_io_s: float | None
     """None: no I/O completed after the fault within the run."""
     recovery_s: float | None
@@ -254,16 +288,26 @@ class FailoverFigures:
     pre_fault_iops: float | None
     io_errors: int = 0
     verify_errors: int = 0
+    other_stall: Stall | None = None
+    """The run's longest gap that is not the fault's stall, anywhere in the run (:func:`other_stall`)."""
+    before_fault: Stall | None = None
+    """The longest gap wholly before the fault, the run's first moments left out (:func:`quiet_before`)."""
 
     @property
     def stall_s(self) -> float:
-        """The longest stall in seconds (0 when I/O never paused for half an interval)."""
+        """The fault's stall in seconds (0 when the fault caused none: I/O moved at once)."""
         return self.stall.seconds if self.stall is not None else 0.0
+
+    @property
+    def other_stall_s(self) -> float:
+        """The run's longest other gap in seconds (0 when there was none)."""
+        return self.other_stall.seconds if self.other_stall is not None else 0.0
 
     def figures(self) -> dict[str, float]:
         """Metric name -> value, as a case records them; a figure that could not be measured is absent."""
         found: dict[str, float] = {
             "stall_s": self.stall_s,
+            "other_stall_s": self.other_stall_s,
             "io_errors": float(self.io_errors),
             "verify_errors": float(self.verify_errors),
         }
@@ -303,17 +347,20 @@ def throughput_points(series: HostSeries, fault: Fault) -> dict[str, list[float]
 
 
 def measure(series: HostSeries, fault: Fault, errors: ErrorCounts | None = None) -> FailoverFigures:
-    """Every failover figure of one host for one fault (the stall: the run's longest, whatever caused it)."""
+    """Every failover figure of one host for one fault: the stall is the fault's own (:func:`fault_stall`), the
+    run's other gaps a figure of their own (:func:`other_stall`, :func:`quiet_before`)."""
     errors = errors or ErrorCounts(0, 0)
     return FailoverFigures(
         series.host,
         fault,
-        longest_stall(series),
+        fault_stall(series, fault),
         first_io_after(series, fault),
         recovery_after(series, fault),
         pre_fault_iops(series, fault),
         errors.io_errors,
         errors.verify_errors,
+        other_stall(series, fault),
+        quiet_before(series, fault),
     )
 
 
@@ -370,6 +417,15 @@ def failover_violations(
         )
         lifted["max_recovery_s"] = None
     found.extend(violations(figures.figures(), limits.model_copy(update=lifted), label=label, gate="failover"))
+    before = figures.before_fault
+    if before is not None and limits.max_stall_s is not None and before.seconds > limits.max_stall_s:
+        # A fault's stall is told from jitter by being longer than every gap before it (fault_stall): after a gap
+        # longer than the limit, a fault's stall beyond the limit could hide. The lab, not the fabric, failed.
+        found.append(
+            f"{label}: the lab was not quiet before the fault: no I/O completed for {before.seconds:.1f} s, "
+            f"{(figures.fault.start_ms - before.end_ms) / 1000:.1f} s before the fault began (more than the maximum "
+            f"stall, {limits.max_stall_s:g} s), so the fault's own stall cannot be told from it"
+        )
     if database is not None:
         stall_broken = limits.max_stall_s is not None and figures.stall_s > limits.max_stall_s
         if stall_broken or figures.stall_s >= database.misscount:

@@ -276,7 +276,7 @@ def _timeseries_chart(case: Case, chart_id: str) -> str | None:
     )
 
 
-FAILOVER_METRICS = ("stall_s", "first_io_s", "recovery_s", "io_errors", "verify_errors")
+FAILOVER_METRICS = ("stall_s", "other_stall_s", "first_io_s", "recovery_s", "io_errors", "verify_errors")
 """The failover summary's columns, in the order a fault unfolds; ``path_imbalance_pct`` joins them when a case
 measured it (the path parity case)."""
 
@@ -329,6 +329,8 @@ class FailoverView:
     headers: list[str]
     rows: list[FailoverRow]
     charts: list[FailoverChart]
+    stall_rule: str = ""
+    """How the cases measured the fault's stall (their ``extras["failover"]["stall_rule"]``); empty when none said."""
 
 
 def _failover_chart(data: Mapping[str, Any], chart_id: str) -> str | None:
@@ -415,7 +417,8 @@ def _failover(run: Run, chart_ids: list[int]) -> FailoverView | None:
                 rows.append(FailoverRow("host", cells, host=host))
         if case.verdict in ("failed", "error"):
             rows.append(FailoverRow("reasons", verdict=case.verdict, reasons=_reasons(case)))
-    return FailoverView([METRIC_LABELS[m] for m in measured], rows, drawn)
+    rules = [d["stall_rule"] for c in cases if isinstance(d := c.extras.get("failover"), dict) and d.get("stall_rule")]
+    return FailoverView([METRIC_LABELS[m] for m in measured], rows, drawn, str(rules[0]) if rules else "")
 
 
 def skip_reason(case: Case) -> str:

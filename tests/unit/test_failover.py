@@ -152,7 +152,7 @@ def test_a_run_that_never_recovers_says_so() -> None:
     assert half.stall is None and half.stall_s == 0.0
     assert half.first_io_s is not None and half.first_io_s <= 2 * WINDOW_S
     assert half.recovery_s is None and half.pre_fault_iops == pytest.approx(500, rel=0.03)
-    assert set(half.figures()) == {"stall_s", "first_io_s", "io_errors", "verify_errors"}
+    assert set(half.figures()) == {"stall_s", "other_stall_s", "first_io_s", "io_errors", "verify_errors"}
 
 
 def test_a_fault_window_must_be_in_order() -> None:
@@ -191,7 +191,7 @@ def _thinktime(errors: ErrorCounts | None = None) -> FailoverFigures:
 
 
 IMPOSSIBLE = {
-    "max_stall_s": (0.5, "vnode1, fault thinktime 2 s: longest stall 1.9 s is above the maximum of 0.5 s"),
+    "max_stall_s": (0.5, "vnode1, fault thinktime 2 s: the fault's stall 1.9 s is above the maximum of 0.5 s"),
     "max_first_io_s": (
         1.0,
         "vnode1, fault thinktime 2 s: first I/O after the fault at 2.1 s is above the maximum of 1 s",
@@ -265,7 +265,7 @@ def test_failover_limits_are_not_checked_on_performance_cases() -> None:
     """A lab's "*" entry with max_stall_s must not fail every performance case as "not measured"."""
     assert violations({"iops": 5000.0}, Thresholds(max_stall_s=1, max_io_errors=0)) == []
     assert violations({}, Thresholds(max_stall_s=1), gate="failover") == [
-        "longest stall was not measured, so the maximum of 1 s could not be checked"
+        "the fault's stall was not measured, so the maximum of 1 s could not be checked"
     ]
 
 
@@ -319,3 +319,43 @@ def test_the_virtual_labs_parity_limit_fails_a_path_that_carries_next_to_nothing
         dead = imbalance_violations({"10.10.10.19": 1000.0, "10.10.20.19": 50.0}, limits, host="vnode1")
         assert len(dead) == 1 and "95" in dead[0], (protocol, dead)
         assert imbalance_violations({"10.10.10.19": 1000.0, "10.10.20.19": 521.0}, limits, host="vnode1") == []
+
+
+# -- the fault's own stall (issue 29, item 1) -----------------------------------------------------------------------
+
+
+def _with_gaps(*gaps: tuple[int, int]) -> HostSeries:
+    """A 20 s run at 50 I/Os per 100 ms interval, with no line in each ``(start_ms, end_ms)`` gap."""
+    from pytest_fabricqa.failover.figures import Interval
+
+    ends = [t for t in range(100, 20_001, 100) if not any(a < t <= b for a, b in gaps)]
+    return HostSeries("vnode1", 100, tuple(Interval(t - 100, t, 50.0) for t in ends), 0, 20_000)
+
+
+def test_a_pause_before_the_fault_is_not_the_faults_stall() -> None:
+    """A starved guest's 3 s pause at 4 s, then a fault at 10 s that the fabric rides through: the fault's stall is
+    0 and the pause is reported as the run's other gap (the longest stall of the run was reported, and gated, before)."""
+    figures = measure(_with_gaps((4_000, 7_000)), Fault("port down", 10_000, 12_000))
+    assert figures.stall_s == 0.0 and figures.other_stall_s == pytest.approx(3.0, abs=0.1)
+    assert failover_violations(figures, Thresholds(max_stall_s=5)) == []
+    assert figures.figures()["other_stall_s"] == pytest.approx(3.0, abs=0.1)
+
+
+def test_a_faults_stall_shorter_than_an_earlier_hiccup_is_still_judged() -> None:
+    """A 1 s hiccup at 4 s, then a 2 s stall at the fault: the fault's stall is the 2 s one, gated; the hiccup is the
+    other gap."""
+    figures = measure(_with_gaps((4_000, 5_000), (10_000, 12_000)), Fault("port down", 10_000, 11_000))
+    assert figures.stall_s == pytest.approx(2.0, abs=0.1) and figures.other_stall_s == pytest.approx(1.0, abs=0.1)
+    assert failover_violations(figures, Thresholds(max_stall_s=1.5)) == [
+        "vnode1, fault port down: the fault's stall 2 s is above the maximum of 1.5 s"
+    ]
+
+
+def test_a_pause_before_the_fault_longer_than_the_limit_fails_as_a_lab_that_was_not_quiet() -> None:
+    """After a 3 s pause, a fault's stall of up to 3 s could not be told from jitter: the case fails, naming the
+    lab, not the fabric."""
+    figures = measure(_with_gaps((4_000, 7_000)), Fault("port down", 10_000, 12_000))
+    assert failover_violations(figures, Thresholds(max_stall_s=2)) == [
+        "vnode1, fault port down: the lab was not quiet before the fault: no I/O completed for 3.0 s, 3.0 s before "
+        "the fault began (more than the maximum stall, 2 s), so the fault's own stall cannot be told from it"
+    ]

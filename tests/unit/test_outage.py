@@ -319,7 +319,7 @@ def test_a_brief_outage_with_a_verify_error_fails_even_when_the_lab_allows_error
 def test_a_brief_outage_whose_stall_breaks_the_limit_fails() -> None:
     done = result(BRIEF, figures("vnode1", stall_s=12.5))
     (problem,) = outage.outage_problems(done, LIMITS, ["vnode1"])
-    assert "longest stall 12.5 s is above the maximum of 10 s" in problem
+    assert "the fault's stall 12.5 s is above the maximum of 10 s" in problem
 
 
 def test_a_brief_outage_after_which_io_never_resumed_fails() -> None:
@@ -465,7 +465,7 @@ def test_the_brief_outage_recorded_on_the_lab_resumed_without_an_error() -> None
     done = outage.OutageResult(BRIEF, 2.0, {"vnode1": figures})
     assert outage.outage_problems(done, Thresholds(max_stall_s=10), ["vnode1"]) == []
     (problem,) = outage.outage_problems(done, Thresholds(max_stall_s=1), ["vnode1"])  # an impossible limit fires
-    assert "longest stall 2.9 s is above the maximum of 1 s" in problem
+    assert "the fault's stall 2.9 s is above the maximum of 1 s" in problem
     # The report's chart: windows without a line drawn as zero IOPS (on the emulated guest fio left 0.2-0.7 s
     # without a completion now and then); the longest such stretch is the stall, and it overlaps the fault.
     points = outage.throughput_points(series, fault)
