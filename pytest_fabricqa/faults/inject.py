@@ -108,6 +108,30 @@ tc filter add dev "$1" egress matchall action drop
 """
     + CLOCK
 )
+# The host's RDMA links (`rdma -j link show`, one JSON line), then "HW <device>" for each RDMA device that sits on
+# hardware: a device under /sys/devices/virtual (Soft-RoCE's rxe, soft iWARP's siw) has no `device` link.
+RDMA_LINKS = r"""
+rdma -j link show 2>/dev/null || echo '[]'
+for d in /sys/class/infiniband/*; do [ -e "$d/device" ] && echo "HW ${d##*/}"; done
+true
+"""
+
+
+def offloading_rdma(text: str, interface: str) -> list[str]:
+    """The hardware RDMA devices (RNICs) on ``interface``, from :data:`RDMA_LINKS`' output: their RoCE traffic
+    bypasses the kernel's network stack, so tc never sees it. Soft-RoCE (rxe) runs inside that stack."""
+    lines = text.strip().splitlines()
+    try:
+        links = json.loads(lines[0]) if lines else []
+    except ValueError:
+        links = []
+    hardware = {line.split()[1] for line in lines[1:] if line.startswith("HW ") and len(line.split()) == 2}
+    names = [
+        str(link.get("ifname", "")) for link in links if isinstance(link, dict) and link.get("netdev") == interface
+    ]
+    return [name for name in names if name in hardware]
+
+
 LINK_UNDROP = (
     r"""
 set -e
@@ -641,6 +665,14 @@ class LinkDrop(LinkDown):
             raise self._refuse(
                 f"{self.interface} has a qdisc fabricqa did not add ({taken[0].strip()})",
                 f"remove it (tc qdisc del dev {self.interface} {taken[0].split()[1]}) or run on another interface",
+            )
+        rnics = offloading_rdma(self.host.run(["sh", "-c", RDMA_LINKS], check=False).stdout, self.interface)
+        if rnics:
+            raise self._refuse(
+                f"{self.interface} carries the RDMA device {', '.join(rnics)}, whose RoCE traffic bypasses the "
+                "kernel's network stack: tc would drop nothing of it, and the fault would change nothing",
+                "set failover.outage_by: down in the lab file (the link itself goes down) for RDMA hardware; "
+                "'drop' is for Soft-RoCE (rxe) and TCP",
             )
 
     def _inject(self) -> CommandResult:

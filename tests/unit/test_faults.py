@@ -61,6 +61,8 @@ class FaultHost(ScriptedHost):
         self.files: dict[str, str] = {}
         self.link_up = True
         self.qdiscs = ["qdisc fq_codel 0: root refcnt 2 limit 10240p flows 1024 quantum 1514 target 5ms"]
+        # `rdma -j link show` of a virtual-lab guest (tests/data/vlab/rdma-link.json): Soft-RoCE, no hardware line.
+        self.rdma = (DATA / "vlab" / "rdma-link.json").read_text().strip() + "\n"
         self.links: dict[int, set[str]] = {1: {NQN}}  # nvmet port -> linked subsystems (port 1 as recorded)
         self.ana = "optimized"
         self.portals: dict[str, str] = {PORTAL: "1"}  # LIO portal -> iser
@@ -107,6 +109,8 @@ class FaultHost(ScriptedHost):
             return failed or T_UP + "\n"
         if argv[:4] == ("tc", "qdisc", "show", "dev"):
             return "".join(line + "\n" for line in self.qdiscs)
+        if script == faults.RDMA_LINKS:
+            return self.rdma
         if script == faults.LINK_DROP:
             failed = self._event("break", script)
             if failed is None:
@@ -564,6 +568,25 @@ def test_a_killed_runs_drop_is_removed_at_the_next_start_from_its_record() -> No
         "a-controller-that-was-killed left (tc qdisc del dev eth1 clsact)"
     ]
     assert CLSACT not in host.qdiscs and host.records() == {}
+
+
+def test_a_drop_on_a_link_an_rdma_nic_offloads_is_refused_and_on_soft_roce_it_is_not() -> None:
+    """tc never sees the RoCE traffic of a hardware RNIC: a drop there changes nothing (issue 29, item 9). The
+    mlx5 listing is MADE UP in the recorded rxe listing's shape (no RNIC here); its HW line is what RDMA_LINKS
+    prints for a device with a `device` link in sysfs."""
+    recorded = (DATA / "vlab" / "rdma-link.json").read_text().strip()
+    assert faults.offloading_rdma(recorded + "\n", "eth1") == []  # rxe: virtual, no HW line
+    rnic = recorded.replace('"rxe0"', '"mlx5_0"') + "\nHW mlx5_0\n"
+    assert faults.offloading_rdma(rnic, "eth1") == ["mlx5_0"] and faults.offloading_rdma(rnic, "eth2") == []
+    host = FaultHost()
+    host.rdma = rnic
+    refused(
+        host,
+        faults.link_outage(drop_lab(), host, "fabricqa"),
+        r"^vnode1: refused to inject 'vnode1 storage link eth1 dropping every frame': eth1 carries the RDMA device "
+        r"mlx5_0, whose RoCE traffic bypasses the kernel's network stack: tc would drop nothing of it, and the fault "
+        r"would change nothing; set failover.outage_by: down in the lab file",
+    )
 
 
 def test_a_drop_on_a_link_with_a_clsact_or_ingress_qdisc_someone_else_added_is_refused() -> None:
