@@ -79,8 +79,7 @@ def test_one_path_down(
     if len(paths) < 2:
         pytest.skip(
             f"{protocol}-{fabric.target}: the target serves on one path ({paths[0]}), so there is no path to fail "
-            "over to (targets[].paths: all serves on every storage port; nvmet and SPDK have it, "
-            "dm-multipath for iSCSI/iSER is not built yet)"
+            "over to (set targets[].paths: all in the lab file to serve it on every storage port of its host)"
         )
     _outage_case(lab, lab_target, protocol, ONE_PATH, fabric, lab_hosts, write_guard, fabricqa_report, request)
 
