@@ -140,7 +140,7 @@ def test_paths_carry_alike(
             )  # fmt: skip
     finally:
         failed_undo = undo.unwind()
-    limits = thresholds_for(lab.thresholds_table(), protocol, parity.PARITY)
+    limits = parity.with_default_limit(thresholds_for(lab.thresholds_table(), protocol, parity.PARITY))
     problems = parity.parity_problems(result, limits, paths) + failed_undo
     imbalance = parity.imbalance(result)
     case = _case(

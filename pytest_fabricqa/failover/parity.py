@@ -28,7 +28,7 @@ from functools import partial
 
 from pytest_fabricqa.core.cases import PARITY
 from pytest_fabricqa.core.undo import UndoStack
-from pytest_fabricqa.failover.figures import imbalance_violations, path_imbalance_pct
+from pytest_fabricqa.failover.figures import PARITY_PCT, imbalance_violations, path_imbalance_pct
 from pytest_fabricqa.faults import inject as faults
 from pytest_fabricqa.fio.parse import FioOutputError, parse_fio_output
 from pytest_fabricqa.initiators.nvme import traddr as traddr_of
@@ -249,6 +249,15 @@ def measure_member_paths(hosts: Sequence[Host], devices: Mapping[str, str], path
         runs = each(hosts, partial(over, path), check=False)
         _collect(result, path, runs)
     return result
+
+
+def with_default_limit(limits: Thresholds) -> Thresholds:
+    """``limits`` with the HLK multiport rule's 10% (:data:`PARITY_PCT`) where the lab sets no
+    ``max_path_imbalance_pct``: the parity case is always judged (issue 29: no limit was set anywhere, so it could
+    never fail)."""
+    if limits.max_path_imbalance_pct is not None:
+        return limits
+    return limits.model_copy(update={"max_path_imbalance_pct": PARITY_PCT})
 
 
 def parity_problems(result: ParityResult, limits: Thresholds, paths: Sequence[str]) -> list[str]:

@@ -211,3 +211,14 @@ def test_a_path_without_a_disk_in_the_map_is_a_problem_not_a_figure() -> None:
     assert result.problems == [f"vnode1: no disk of the multipath map goes over path {PATHS[1]}"]
     assert result.iops == {"vnode1": {PATHS[0]: 574345.2}}
     assert parity.imbalance(result) == {}
+
+
+def test_a_lab_without_a_parity_limit_is_judged_by_the_hlk_rule() -> None:
+    """No max_path_imbalance_pct in the lab: the HLK multiport rule's 10% applies (issue 29, item 7), so a path 15%
+    slower fails the case; a lab's own limit stays as it is."""
+    result = parity.ParityResult(iops={"vnode1": {PATHS[0]: 1000.0, PATHS[1]: 850.0}})
+    limits = parity.with_default_limit(Thresholds())
+    assert limits.max_path_imbalance_pct == 10.0
+    (problem,) = parity.parity_problems(result, limits, PATHS)
+    assert problem.endswith("with every path up: path imbalance 15 % is above the maximum of 10 %"), problem
+    assert parity.with_default_limit(Thresholds(max_path_imbalance_pct=90)).max_path_imbalance_pct == 90
