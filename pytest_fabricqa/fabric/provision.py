@@ -274,8 +274,9 @@ def connect_fabric(lab: LabModel, protocol: str, hosts: Mapping[str, Host], *, t
 
 
 def _take_target_lock(lab: LabModel, model: TargetModel, host: Host, undo: UndoStack) -> None:
-    """Hold the lock of ``model``'s kind on its host while the fabric lives (given back by ``undo``): another lab's
-    session driving the same kind there is refused with one line naming it (:mod:`pytest_fabricqa.fabric.lock`)."""
+    """Hold the lock of ``model``'s kind on its host while the fabric lives (given back by ``undo``): while another
+    live process holds it (another lab's session, or a script driving the same kind there), this one is refused with
+    one line naming that process (:mod:`pytest_fabricqa.fabric.lock`)."""
     holder = lock.me(lab.name, os.getpid())
     undo.push(
         f"give back the {model.kind} lock on {host.name}", partial(lock.give_back_target, host, model.kind, holder)
