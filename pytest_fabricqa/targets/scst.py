@@ -15,8 +15,8 @@ Ownership: devices are named ``<name_prefix>_<device>`` and carry a serial deriv
 written before the first exists, and the pid of an iscsi-scstd it started. An object is ours only when both say so
 (checked twice, issue 28): a device the state file lists that carries our serial; a target the state file lists
 whose every LUN is one of our devices. A device that is only one of the two is named by the stale clean-up and never
-touched (SCST takes the serial after ``add_device``: a run killed between the two leaves such a device); anything
-else is never touched either.
+touched. SCST takes the serial after ``add_device``, so a device whose serial is still SCST's own (nobody set one)
+counts as marked: that is what a run killed between the two leaves. Anything else is never touched either.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ a() { head -n 1 "$1" 2>/dev/null; }
 for d in "$r"/devices/*; do
   [ -d "$d" ] || continue
   h=$(readlink "$d/handler" 2>/dev/null)
-  printf 'D\t%s\t%s\t%s\t%s\n' "${d##*/}" "${h##*/}" "$(a "$d/filename")" "$(a "$d/usn")"
+  k=; grep -qx '\[key\]' "$d/usn" 2>/dev/null && k=set
+  printf 'D\t%s\t%s\t%s\t%s\t%s\n' "${d##*/}" "${h##*/}" "$(a "$d/filename")" "$(a "$d/usn")" "$k"
 done
 i=$r/targets/iscsi
 [ -d "$i" ] || { echo NOISCSI; exit 0; }
@@ -165,7 +166,9 @@ def parse_snapshot(text: str) -> ScstSnapshot:
         elif tag == "NOISCSI":
             snap.iscsi = False
         elif tag == "D":
-            snap.devices[parts[1]] = {"handler": parts[2], "filename": parts[3], "usn": parts[4]}
+            # usn_set: "set" when someone set the unit serial (SCST's sysfs shows "[key]" under a value that is not
+            # its default, vdev_sysfs_usn_show); "" while it is SCST's own.
+            snap.devices[parts[1]] = {"handler": parts[2], "filename": parts[3], "usn": parts[4], "usn_set": parts[5]}
         elif tag == "I":
             snap.open_state, snap.driver_enabled = parts[1], parts[2]
         elif tag == "T":
@@ -498,8 +501,9 @@ class ScstTarget(ConfigfsTarget):
     def _ours(self, snap: ScstSnapshot) -> tuple[list[str], list[str], bool]:
         """Ours, checked twice: recorded in this lab's state file *and* carrying our mark.
 
-        - a device: recorded, and its unit serial (``usn``) is the one this lab gives it (SCST sets the serial
-          after ``add_device``: a run killed between the two leaves a device that is named, never removed);
+        - a device: recorded, and its unit serial (``usn``) is the one this lab gives it, or still SCST's own
+          (nobody set one: SCST takes the serial after ``add_device``, and a run killed between the two leaves
+          that); a serial someone else set is their mark;
         - an iSCSI target: recorded, and every device behind its LUNs is ours (one with no LUN yet has nothing of
           anyone's behind it).
         """
@@ -507,7 +511,9 @@ class ScstTarget(ConfigfsTarget):
         recorded = state or {}
         serials = self._serials()
         devices = [
-            d for d in recorded.get("devices", []) if d in snap.devices and snap.devices[d]["usn"] == serials.get(d)
+            d
+            for d in recorded.get("devices", [])
+            if d in snap.devices and (snap.devices[d]["usn"] == serials.get(d) or not snap.devices[d].get("usn_set"))
         ]
         targets = [
             t
@@ -531,8 +537,7 @@ class ScstTarget(ConfigfsTarget):
         serials = self._serials()
         lines = [
             f"{self.host.name}: left SCST device {d} alone: this lab's record lists it, but its unit serial is "
-            f"{snap.devices[d]['usn']!r}, not the lab's (another session or tool made it, or a run was killed "
-            "before setting it: remove it by hand if it is yours)"
+            f"{snap.devices[d]['usn']!r}, set by someone else (another session or tool made it since)"
             for d in recorded
             if d in snap.devices and d not in devices
         ]

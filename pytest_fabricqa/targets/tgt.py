@@ -9,8 +9,9 @@ backing store and a unit serial (``--params scsi_sn=``); ACLs bind the lab's ini
 Ownership: the state file ``/run/fabricqa/<name_prefix>-tgt.json`` lists every (tid, IQN) this plugin is about to
 create, written before the first one exists. A target is ours only when both say so (checked twice, issue 28):
 the state file lists it with that tid and IQN, *and* every disk LUN of it carries a serial this plugin derives. A
-target that is only one of the two is named by the stale clean-up and never touched (tgt takes a LUN's serial in
-the command after the LUN's: a run killed between the two leaves such a target). A tgtd the plugin started is known by its pid file, ``/run/fabricqa/<name_prefix>-tgtd.pid``. Anything else
+target that is only one of the two is named by the stale clean-up and never touched. tgt takes a LUN's serial in
+the command after the LUN's, so a LUN that still has tgt's own default serial (nobody set one) counts as marked:
+that is what a run killed between the two leaves. A tgtd the plugin started is known by its pid file, ``/run/fabricqa/<name_prefix>-tgtd.pid``. Anything else
 is never touched; tgtd itself refuses to stop while it serves targets, so a foreign target keeps the daemon up.
 """
 
@@ -476,7 +477,15 @@ class TgtTarget(ConfigfsTarget):
         return ours, state is not None
 
     def _marked(self, target: TgtTargetInfo) -> bool:
-        return all(s in self._lab_serials().get(target.iqn, ()) for s in target.disk_serials())
+        """Every disk LUN carries a serial this lab gives, or still tgt's own default for its tid and LUN
+        (``beaf<tid><lun>``, spc_lu_init): nobody set one yet, which is what a run killed between a LUN and its
+        serial (two tgtadm calls: tgt takes no serial with the LUN) leaves. Someone else's serial is their mark."""
+        ours = self._lab_serials().get(target.iqn, set())
+        return all(
+            lun.serial in ours or lun.serial == f"beaf{target.tid}{lun.lun}"
+            for lun in target.luns.values()
+            if lun.kind != "controller"
+        )
 
     def _left_alone(self, snap: TgtSnapshot, ours: list[TgtTargetInfo]) -> list[str]:
         """One sentence per target that is half ours: recorded but not marked, or marked but recorded nowhere."""
@@ -491,7 +500,9 @@ class TgtTarget(ConfigfsTarget):
                     f"{self.host.name}: left tgt target {target.iqn} (tid {target.tid}) alone: this lab's record "
                     "lists it, but a LUN of it has a serial that is not the lab's (another session or tool made it)"
                 )
-            elif target.disk_serials() and self._marked(target):
+            elif any(s in self._lab_serials().get(target.iqn, ()) for s in target.disk_serials()) and self._marked(
+                target
+            ):
                 lines.append(
                     f"{self.host.name}: left tgt target {target.iqn} (tid {target.tid}) alone: its LUNs carry this "
                     "lab's serials but no record of this lab lists it (remove it by hand if it is yours)"

@@ -64,7 +64,12 @@ class FakeScst(ScriptedHost):
         self.started_after_marker = True  # what STARTED_SCRIPT says of a running daemon
 
     def add_foreign(self, iqn: str = FOREIGN, device: str = "prod_lun") -> None:
-        self.devices[device] = {"handler": "vdisk_fileio", "filename": "/tmp/foreign", "usn": "1a2b3c4d"}
+        self.devices[device] = {
+            "handler": "vdisk_fileio",
+            "filename": "/tmp/foreign",
+            "usn": "1a2b3c4d",
+            "usn_set": "set",
+        }
         self.targets[iqn] = self._new_target(iqn)
         self.targets[iqn]["luns"][0] = device
         self.targets[iqn]["enabled"] = "1"
@@ -76,7 +81,10 @@ class FakeScst(ScriptedHost):
     def render(self) -> str:
         if not self.loaded:
             return "NOSCST\n"
-        out = [f"D\t{n}\t{d['handler']}\t{d['filename']}\t{d['usn']}" for n, d in self.devices.items()]
+        out = [
+            f"D\t{n}\t{d['handler']}\t{d['filename']}\t{d['usn']}\t{d.get('usn_set', '')}"
+            for n, d in self.devices.items()
+        ]
         out.append(f"I\t{'open' if self.daemon_pid else 'closed'}\t{self.driver_enabled}")
         for iqn, t in self.targets.items():
             out.append(f"T\t{iqn}\t{t['enabled']}\t{t['qc']}")
@@ -165,7 +173,7 @@ class FakeScst(ScriptedHost):
                     t["luns"] = {k: v for k, v in t["luns"].items() if v != words[1]}
             return ""
         if path.startswith(f"{ROOT}/devices/") and path.endswith("/usn"):
-            self.devices[path.split("/")[-2]]["usn"] = command
+            self.devices[path.split("/")[-2]].update(usn=command, usn_set="set")
             return ""
         if path == f"{ISCSI}/mgmt":
             if self.daemon_pid is None:
@@ -231,7 +239,9 @@ def test_the_snapshot_parser_reads_every_line_kind() -> None:
     host.targets[FOREIGN]["sessions"].append("iqn.1994-05.com.redhat:x")
     snap = parse_snapshot(host.render())
     assert snap.loaded and snap.iscsi and snap.open_state == "open" and snap.driver_enabled == "0"
-    assert snap.devices == {"prod_lun": {"handler": "vdisk_fileio", "filename": "/tmp/foreign", "usn": "1a2b3c4d"}}
+    assert snap.devices == {
+        "prod_lun": {"handler": "vdisk_fileio", "filename": "/tmp/foreign", "usn": "1a2b3c4d", "usn_set": "set"}
+    }
     target = snap.targets[FOREIGN]
     assert (target.enabled, target.queued_commands, target.luns) == ("1", "32", {0: "prod_lun"})
     assert target.portals == {"allowed_portal": "10.10.10.19"}
@@ -374,14 +384,13 @@ def test_a_recorded_device_without_the_labs_serial_is_named_and_left_alone(tmp_p
     host.driver_enabled = "1"
     _target(lab, host, "iscsi").provision("iscsi", UndoStack())  # killed: never unwound
     for device in host.devices.values():
-        device["usn"] = "someone-elses"
+        device.update(usn="someone-elses", usn_set="set")
     fresh = _target(lab, host, "iscsi")
     assert fresh.leftovers() == [f"vstor: state file {fresh.state_file} is still there"]
     lines = fresh.cleanup_stale()
     assert lines[0] == (
         "vstor: left SCST device fqa-vlab_ram0 alone: this lab's record lists it, but its unit serial is "
-        "'someone-elses', not the lab's (another session or tool made it, or a run was killed before setting it: "
-        "remove it by hand if it is yours)"
+        "'someone-elses', set by someone else (another session or tool made it since)"
     )
     assert list(host.targets) == [IQN] and list(host.devices) == ["fqa-vlab_ram0", "fqa-vlab_nvme0"]
 
@@ -682,3 +691,34 @@ def test_the_started_script_compares_a_process_start_with_the_markers_time(tmp_p
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_device_killed_before_its_serial_is_still_ours_and_cleaned(tmp_path: Path) -> None:
+    """SCST takes the unit serial after add_device: a run killed between the two leaves a recorded device whose
+    serial is still SCST's own (no "[key]" under it). Nobody's mark is on it, so it is ours and cleaned."""
+    lab = _vlab(tmp_path)
+    host = FakeScst()
+    host.driver_enabled = "1"
+    _target(lab, host, "iscsi").provision("iscsi", UndoStack())  # killed: never unwound
+    host.devices["fqa-vlab_nvme0"].update(usn="5f2c0a1b", usn_set="")  # SCST's own: its serial never written
+    fresh = _target(lab, host, "iscsi")
+    assert "vstor: removed SCST device fqa-vlab_nvme0" in fresh.cleanup_stale()
+    assert host.devices == {} and host.targets == {}
+
+
+def test_the_snapshot_tells_a_serial_someone_set_from_scsts_own_on_a_real_tree(tmp_path: Path) -> None:
+    """SCST's sysfs shows "[key]" under an attribute someone set (vdev_sysfs_usn_show, SCST 3.10)."""
+    import subprocess
+
+    from pytest_fabricqa.targets.scst import SNAPSHOT_SCRIPT, parse_snapshot
+
+    for name, usn in (("set_one", "fqa1234\n[key]\n"), ("own_one", "5f2c0a1b\n")):
+        device = tmp_path / "devices" / name
+        device.mkdir(parents=True)
+        (device / "usn").write_text(usn)
+        (device / "filename").write_text("/dev/ram0\n")
+    script = SNAPSHOT_SCRIPT.replace("/sys/kernel/scst_tgt", str(tmp_path))
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
+    devices = parse_snapshot(out).devices
+    assert devices["set_one"]["usn"] == "fqa1234" and devices["set_one"]["usn_set"] == "set"
+    assert devices["own_one"]["usn"] == "5f2c0a1b" and devices["own_one"]["usn_set"] == ""

@@ -649,3 +649,17 @@ def test_iser_on_another_port_than_3260_is_one_line_before_tgtd_starts(tmp_path:
     with pytest.raises(ProvisionError, match=r"tgtd serves iSER on port 3260 only .* not 3261"):
         target.provision("iser", UndoStack())
     assert not any(c[0] == "tgtd" for c in host.commands)
+
+
+def test_a_lun_killed_before_its_serial_still_has_tgts_own_and_its_target_is_cleaned(tmp_path: Path) -> None:
+    """tgt takes a LUN's serial in the call after the LUN's: a run killed between them leaves a LUN whose serial is
+    tgt's own default (beaf<tid><lun>, spc_lu_init). Nobody's mark is on it: the recorded target is ours."""
+    lab = _lab(tmp_path)
+    host = FakeTgtd()
+    _target(lab, host).provision("iscsi", UndoStack())  # never unwound: the run was killed
+    tid = next(iter(host.targets))
+    last = max(host.targets[tid]["luns"])
+    host.targets[tid]["luns"][last]["serial"] = f"beaf{tid}{last}"
+    fresh = _target(lab, host)
+    assert fresh.cleanup_stale()[0] == f"vstor: removed tgt target {IQN} (tid {tid})"
+    assert host.targets == {}
