@@ -156,16 +156,32 @@ def acquire(hosts: Mapping[str, Host], holder: Holder, path: str = LOCK_PATH) ->
     return taken_over
 
 
-def _acquire_one(host: Host, holder: Holder, path: str) -> bool:
+def _take(host: Host, holder: Holder, path: str) -> tuple[bool, Holder | None]:
+    """Take the lock file ``path`` on ``host``: (whether a gone holder's lock was taken over, the live holder that
+    keeps it, or None when ``holder`` has it now)."""
     out = host.run(["sh", "-c", _ACQUIRE, "sh", holder.line(), path]).stdout
     if out.startswith("TAKEN"):
-        return False
+        return False, None
     other = Holder.parse(out.partition("\n")[2].strip())
     if other is not None and other.same_session(holder):
-        return False
+        return False, None
     if other is None or holder_gone(other):
         host.run(["sh", "-c", _TAKE_OVER, "sh", holder.line(), path])
-        return True
+        return True, None
+    return False, other
+
+
+def _give_back(host: Host, holder: Holder, path: str) -> None:
+    """Remove the lock file ``path`` on ``host`` if it still names ``holder``'s process (best effort)."""
+    other = Holder.parse(host.run(["sh", "-c", _READ_IF, "sh", path], check=False).stdout.strip())
+    if other is not None and other.same_session(holder):
+        host.run(["rm", "-f", path], check=False)
+
+
+def _acquire_one(host: Host, holder: Holder, path: str) -> bool:
+    taken_over, other = _take(host, holder, path)
+    if other is None:
+        return taken_over
     user = f" of user {other.user}" if other.user else ""
     raise LabInUse(
         f"{host.name}: lab {other.lab!r} is in use by the pytest session of pid {other.pid}{user} on "
@@ -177,12 +193,7 @@ def _acquire_one(host: Host, holder: Holder, path: str) -> bool:
 def release(hosts: Mapping[str, Host], holder: Holder, path: str = LOCK_PATH) -> None:
     """Remove the lock on every host where it still names this session's controller (best effort, in parallel)."""
 
-    def release_one(host: Host) -> None:
-        other = Holder.parse(host.run(["sh", "-c", _READ_IF, "sh", path], check=False).stdout.strip())
-        if other is not None and other.same_session(holder):
-            host.run(["rm", "-f", path], check=False)
-
-    each(list(hosts.values()), release_one, check=False)
+    each(list(hosts.values()), lambda host: _give_back(host, holder, path), check=False)
 
 
 def target_lock_path(kind: str, folder: str = "/run/fabricqa") -> str:
@@ -197,15 +208,9 @@ def take_target(host: Host, kind: str, holder: Holder, folder: str = "/run/fabri
     holds it; a lock the same process holds already is its own (one session's fabrics of a kind, one at a time).
     """
     path = target_lock_path(kind, folder)
-    out = host.run(["sh", "-c", _ACQUIRE, "sh", holder.line(), path]).stdout
-    if out.startswith("TAKEN"):
-        return False
-    other = Holder.parse(out.partition("\n")[2].strip())
-    if other is not None and other.same_session(holder):
-        return False
-    if other is None or holder_gone(other):
-        host.run(["sh", "-c", _TAKE_OVER, "sh", holder.line(), path])
-        return True
+    taken_over, other = _take(host, holder, path)
+    if other is None:
+        return taken_over
     raise TargetInUse(
         host.name,
         f"{kind} on this host is driven by {other.who()}",
@@ -216,7 +221,4 @@ def take_target(host: Host, kind: str, holder: Holder, folder: str = "/run/fabri
 
 def give_back_target(host: Host, kind: str, holder: Holder, folder: str = "/run/fabricqa") -> None:
     """Remove the lock of ``kind`` on ``host`` if it still names ``holder``'s process (best effort)."""
-    path = target_lock_path(kind, folder)
-    other = Holder.parse(host.run(["sh", "-c", _READ_IF, "sh", path], check=False).stdout.strip())
-    if other is not None and other.same_session(holder):
-        host.run(["rm", "-f", path], check=False)
+    _give_back(host, holder, target_lock_path(kind, folder))
