@@ -138,6 +138,7 @@ def test_verify_detects_corruption(
     assert found is not None
 
 
+@pytest.mark.fabricqa_kernel_expects(r"reservation conflict", r"nexus error", r"FAILED Result")  # the fenced write
 def test_reservations_fence(
     lab: LabModel, fabric: Fabric, protocol: str, lab_hosts: dict[str, Host], write_guard: WriteGuard,
     fabricqa_report: Any, request: pytest.FixtureRequest,

@@ -1,26 +1,36 @@
-"""The kernel's own account of a failed case: each lab host's storage messages (NVMe, SCSI, iSCSI/iSER, RDMA,
-dm-multipath, SCST, hung tasks) since the case began, read from ``dmesg`` once the case has failed.
+"""The kernel's own account of a case: each lab host's storage messages (NVMe, SCSI, iSCSI/iSER, RDMA,
+dm-multipath, SCST, hung tasks) since the case began, read from ``dmesg``.
 
 A stalled path, a dropped controller or a hung reconnect shows first in the initiators' and the target's kernel
-log; a failure that names only fio's timeout leaves the engineer (and a CI log) guessing. Reading is one command
-per host (read-only; ``dmesg`` needs root or ``kernel.dmesg_restrict=0``), bounded in time; a host that cannot be
-read is said so in one line instead of failing the report.
+log; a failure that names only fio's timeout leaves the engineer (and a CI log) guessing, and a path that dropped
+in the middle of a point that still met its limits leaves a PASS that hides it. So every case that puts load on
+the target reads its account when it ends (:func:`account`, wired in the plugin): a failed case shows it, a
+failover case keeps it as its fault's account, and a case that injected no fault fails when its hosts logged
+storage trouble (:data:`TROUBLE`; :func:`trouble_problems`), unless the lab allows the line (``watch.kernel_allow``).
+
+Reading is one command per host (read-only; ``dmesg`` needs root or ``kernel.dmesg_restrict=0``), bounded in time,
+and reads the host's clock with it, so "since the case began" is on the host's clock, not the runner's; a host
+that cannot be read is said so in one line instead of failing the case.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from pytest_fabricqa.transport.base import Host
 from pytest_fabricqa.transport.fanout import each
 
-KERNEL_LOG = "dmesg --time-format iso | tail -n 3000"
-"""The host's kernel ring buffer with wall-clock times (util-linux 2.30 and later), its newest lines."""
+KERNEL_LOG = 'date +%s.%N; { dmesg --time-format iso || echo "dmesg failed: exit $?"; } | tail -n 3000'
+"""The host's clock (Unix seconds, first line), then its kernel ring buffer with wall-clock times (util-linux 2.30
+and later), its newest lines."""
 READ_TIMEOUT_S = 20.0
-SLACK_S = 5.0
-"""Lines this long before the case began count too: the hosts' clocks and the runner's differ a little."""
+SLACK_S = 1.0
+"""Lines this long before the case began (on the host's clock) count too: the clock is read over SSH, so the
+runner's moment maps to the host's within the command's time."""
 MOST_LINES = 30
 """The newest this many storage lines per host: the end of the story, not the whole connect chatter."""
 STORAGE = re.compile(
@@ -32,10 +42,27 @@ STORAGE = re.compile(
 _LINE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:[,.](\d+))?([+-]\d{2}:?\d{2})\s(.*)$")
 
 
-def storage_lines(text: str, since_s: float, *, most: int = MOST_LINES) -> list[str]:
-    """The storage lines of ``dmesg --time-format iso`` output stamped at or after ``since_s`` (Unix seconds, less
-    :data:`SLACK_S`), the newest ``most`` of them, each as ``HH:MM:SS.mmm message``. Lines without a time (a
-    continuation) belong to the line before them."""
+TROUBLE = re.compile(
+    r"I/O error|blk_update_request|critical \w+ error|Buffer I/O|medium error|Sense Key|FAILED Result"
+    r"|reservation conflict|rejecting I/O|offline device|timed? ?out|timeout|reset(?:ting)? controller"
+    r"|controller is down|error recovery|failfast|Reconnecting in|reconnect(?:ed| attempt)|Failed reconnect"
+    r"|failed to connect|connection error|conn error|connection\d+:\d+: detected|ping timeout|session recovery"
+    r"|RDMA_CM_EVENT_(?:DISCONNECTED|UNREACHABLE|REJECTED|ADDR_ERROR|ROUTE_ERROR|CONNECT_ERROR)"
+    r"|keep-alive|Keep Alive|Failing path|remaining active paths|Reinstating path|Link is Down|\blink down\b"
+    r"|blocked for more than|hung_task|INFO: task|Call Trace|\bBUG\b|WARNING:|Oops|soft lockup|\bstall\b"
+    r"|ABORT_TASK|LUN_RESET|MISCOMPARE",
+    re.IGNORECASE,
+)
+"""Storage lines that mean trouble: an I/O error, a SCSI error or reservation conflict, a timeout, a controller
+reset or reconnect, a lost connection, a path failed or reinstated by dm-multipath, a link down, a hung task, a
+kernel warning or trace, a target aborting or resetting. A connect's or a disconnect's own lines ("new ctrl",
+"Removing ctrl", an iSCSI login) are not."""
+
+
+def storage_lines(text: str, since_s: float, *, most: int | None = MOST_LINES) -> list[str]:
+    """The storage lines of ``dmesg --time-format iso`` output stamped at or after ``since_s`` (Unix seconds on the
+    host's clock, less :data:`SLACK_S`), the newest ``most`` of them (every one with None), each as ``HH:MM:SS.mmm
+    message``. Lines without a time (a continuation) belong to the line before them."""
     found: list[str] = []
     keep = False
     for line in text.splitlines():
@@ -49,27 +76,97 @@ def storage_lines(text: str, since_s: float, *, most: int = MOST_LINES) -> list[
         keep = when >= since_s - SLACK_S and STORAGE.search(message) is not None
         if keep:
             found.append(f"{stamp[11:]}.{(fraction or '0')[:3]:0<3} {message.strip()}")
-    return found[-most:]
+    return found if most is None else found[-most:]
 
 
-def read_storage_lines(host: Host, since_s: float) -> list[str]:
-    """One host's storage lines since ``since_s``; raises what the transport raises."""
+def read_storage_lines(host: Host, since_s: float, *, most: int | None = MOST_LINES) -> list[str]:
+    """One host's storage lines since ``since_s`` (the runner's Unix time, moved onto the host's clock by the clock
+    reading that comes with the log); raises what the transport raises."""
     result = host.run(["sh", "-c", KERNEL_LOG], check=False, timeout=READ_TIMEOUT_S)
-    if not result.ok and not result.stdout.strip():
-        tail = (result.stderr.strip().splitlines() or [f"exit {result.exit_code}"])[-1]
+    returned = time.time()
+    text = result.stdout
+    first, _, rest = text.partition("\n")
+    try:
+        host_now = float(first.strip())
+    except ValueError:
+        host_now = None  # no clock line: the runner's clock stands for the host's
+    else:
+        text = rest
+    failed = next((line for line in reversed(text.splitlines()) if line.startswith("dmesg failed")), None)
+    if failed is not None or (not result.ok and not text.strip()):
+        tail = (result.stderr.strip().splitlines() or [failed or f"exit {result.exit_code}"])[-1]
         raise RuntimeError(f"dmesg could not be read ({tail}); it needs root or kernel.dmesg_restrict=0")
-    return storage_lines(result.stdout, since_s)
+    # The host read its clock before the runner saw the answer: the offset errs early, keeping a line or two more.
+    offset = 0.0 if host_now is None else host_now - returned
+    return storage_lines(text, since_s + offset, most=most)
+
+
+@dataclass(frozen=True)
+class Account:
+    """Every lab host's storage lines over one case, oldest first (``lines``), and the hosts that could not be read
+    with why (``unread``)."""
+
+    lines: dict[str, list[str]] = field(default_factory=dict)
+    unread: dict[str, str] = field(default_factory=dict)
+
+    def trouble(self, allow: Sequence[re.Pattern[str]] = ()) -> dict[str, list[str]]:
+        """Per host with any, its lines that mean trouble (:data:`TROUBLE`) and match no ``allow`` pattern."""
+        found: dict[str, list[str]] = {}
+        for host, lines in self.lines.items():
+            bad = [line for line in lines if TROUBLE.search(line) and not any(a.search(line) for a in allow)]
+            if bad:
+                found[host] = bad
+        return found
+
+    def to_dict(self) -> dict[str, list[str]]:
+        """For ``case.extras["kernel_log"]``: each host's newest :data:`MOST_LINES` lines, or why it was not read;
+        hosts with nothing to say left out."""
+        out = {host: lines[-MOST_LINES:] for host, lines in self.lines.items() if lines}
+        out.update({host: [f"not read: {why}"] for host, why in self.unread.items()})
+        return out
+
+
+def account(hosts: Mapping[str, Host], since_s: float) -> Account:
+    """Every host's storage lines since ``since_s`` (the runner's Unix time), read at once. Never raises."""
+    read = each(hosts.values(), lambda host: read_storage_lines(host, since_s, most=None), check=False)
+    lines: dict[str, list[str]] = {}
+    unread: dict[str, str] = {}
+    for name in hosts:
+        found = read.get(name)
+        if isinstance(found, BaseException):
+            unread[name] = str(found)
+        elif found is not None:
+            lines[name] = found
+    return Account(lines, unread)
+
+
+def trouble_problems(found: Account, allow: Sequence[re.Pattern[str]] = ()) -> list[str]:
+    """One sentence per host whose kernel logged storage trouble during a case that injected no fault: how many
+    lines, the first of them, and how a lab allows a line it knows to be harmless."""
+    problems: list[str] = []
+    for host, lines in found.trouble(allow).items():
+        more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+        problems.append(
+            f"{host}: the kernel logged storage trouble during the case, which injected no fault: {lines[0]!r}{more}; "
+            "a line the lab knows to be harmless is allowed by a pattern in watch.kernel_allow"
+        )
+    return problems
+
+
+def sections_of(found: Account, hosts: Sequence[str]) -> list[tuple[str, str]]:
+    """``(title, text)`` per host with something to say, in ``hosts``' order: its newest storage lines, or why
+    they could not be read."""
+    out: list[tuple[str, str]] = []
+    for name in hosts:
+        if name in found.unread:
+            out.append((f"kernel log {name}", f"not read: {found.unread[name]}"))
+        elif found.lines.get(name):
+            text = "\n".join(found.lines[name][-MOST_LINES:])
+            out.append((f"kernel log {name} (storage lines since the case began)", text))
+    return out
 
 
 def sections(hosts: Mapping[str, Host], since_s: float) -> list[tuple[str, str]]:
     """``(title, text)`` per host with something to say, in the hosts' order: its storage lines since
     ``since_s``, or why they could not be read. Never raises."""
-    read = each(hosts.values(), lambda host: read_storage_lines(host, since_s), check=False)
-    found: list[tuple[str, str]] = []
-    for name in hosts:
-        lines = read.get(name)
-        if isinstance(lines, BaseException):
-            found.append((f"kernel log {name}", f"not read: {lines}"))
-        elif lines:
-            found.append((f"kernel log {name} (storage lines since the case began)", "\n".join(lines)))
-    return found
+    return sections_of(account(hosts, since_s), list(hosts))

@@ -540,6 +540,32 @@ class IntegritySettings(_Model):
         return self.region_mb << 20
 
 
+class WatchSettings(_Model):
+    """What every case that puts load on the target is watched for besides its own limits (issue 29).
+
+    - ``kernel_allow``: regular expressions (Python's ``re``, searched in each line) for storage kernel lines the lab
+      knows to be harmless. Otherwise a case that injected no fault fails when a host's kernel logged storage
+      trouble during it (:data:`pytest_fabricqa.fabric.kernlog.TROUBLE`: an I/O error, a timeout, a controller
+      reset, a lost connection, a failed path, a hung task, ...)."""
+
+    kernel_allow: tuple[str, ...] = ()
+
+    @field_validator("kernel_allow")
+    @classmethod
+    def _patterns(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression ({exc})") from None
+        return patterns
+
+    @property
+    def allowed(self) -> tuple[re.Pattern[str], ...]:
+        """``kernel_allow`` compiled (case-insensitive, as the trouble patterns are)."""
+        return tuple(re.compile(p, re.IGNORECASE) for p in self.kernel_allow)
+
+
 class NvmeFailoverTimeouts(_Model):
     """What the failover suite writes to every NVMe-oF controller of its fabric for its own cases (None: leave
     the host's value); the old values are recorded on the host first and written back after (see
@@ -809,6 +835,7 @@ class LabModel(_Model):
     database: OracleSettings | None = None
     integrity: IntegritySettings = IntegritySettings()
     failover: FailoverSettings = FailoverSettings()
+    watch: WatchSettings = WatchSettings()
     multipath: MultipathSettings = MultipathSettings()
     vlab: dict[str, VlabGuest] | None = None
 

@@ -19,6 +19,7 @@ from pytest_fabricqa.lab.model import PROTOCOLS, LabError, LabModel, TargetModel
 
 if TYPE_CHECKING:
     from pytest_fabricqa.core.workloads import Workload
+    from pytest_fabricqa.fabric.kernlog import Account
     from pytest_fabricqa.fabric.provision import Fabric
     from pytest_fabricqa.measure.point import MeasurePlan
     from pytest_fabricqa.plugin.reporting import FabricqaReport, ReportPlugin
@@ -35,6 +36,7 @@ LEFTOVERS_KEY = pytest.StashKey["list[str]"]()
 FABRIC_USED_KEY = pytest.StashKey[bool]()
 WORKLOADS_KEY = pytest.StashKey["list[Workload]"]()
 MEASURE_KEY = pytest.StashKey["MeasurePlan"]()
+KERNEL_KEY: pytest.StashKey[Account] = pytest.StashKey()
 REPORT_PLUGIN = "fabricqa-report"  # the name the session's ReportPlugin is registered under
 
 
@@ -151,6 +153,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "fabricqa_failover: a failover case: runs only on the targets and protocols the lab's failover section names",
+    )
+    config.addinivalue_line(
+        "markers",
+        "fabricqa_kernel_expects(*patterns): storage kernel lines the case provokes on purpose (regular "
+        "expressions), not counted as trouble; a failover case's lines are its fault's account",
     )
     config.addinivalue_line("markers", "vlab: needs the virtual lab (QEMU guests); slow")
     value = config.getoption("lab", None)
@@ -403,6 +410,46 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """A case that puts load on the target is watched by the kernel (:mod:`pytest_fabricqa.fabric.kernlog`): when
+    it ends, each lab host's storage lines since it began are read and kept with the case; a case that injected no
+    fault (not a failover case) and passed fails when they show storage trouble the lab does not allow
+    (``watch.kernel_allow``, the case's ``fabricqa_kernel_expects``)."""
+    watched = (
+        SESSION_KEY in item.config.stash
+        and item.get_closest_marker("loads_target") is not None
+        and "lab_session" in getattr(item, "fixturenames", ())
+    )
+    if not watched:
+        return (yield)
+    import re
+    import time
+
+    from pytest_fabricqa.fabric import kernlog
+    from pytest_fabricqa.plugin.reporting import amend_case
+
+    began = time.time()
+    try:
+        outcome = yield
+    except pytest.skip.Exception:
+        raise
+    except BaseException:
+        item.stash[KERNEL_KEY] = found = kernlog.account(item.config.stash[SESSION_KEY].hosts, began)
+        amend_case(item, extras={"kernel_log": found.to_dict()})
+        raise
+    item.stash[KERNEL_KEY] = found = kernlog.account(item.config.stash[SESSION_KEY].hosts, began)
+    problems: list[str] = []
+    if item.get_closest_marker("fabricqa_failover") is None:
+        lab = item.config.stash[LAB_KEY]
+        expected = [re.compile(p, re.IGNORECASE) for m in item.iter_markers("fabricqa_kernel_expects") for p in m.args]
+        problems = kernlog.trouble_problems(found, [*(lab.watch.allowed if lab else ()), *expected])
+    amend_case(item, extras={"kernel_log": found.to_dict()}, violations=problems)
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+    return outcome
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
@@ -423,7 +470,11 @@ def pytest_runtest_makereport(
     ):
         from pytest_fabricqa.fabric import kernlog
 
-        report.sections.extend(kernlog.sections(item.config.stash[SESSION_KEY].hosts, call.start))
+        hosts = item.config.stash[SESSION_KEY].hosts
+        found = item.stash.get(KERNEL_KEY, None) if call.when == "call" else None
+        if found is None:
+            found = kernlog.account(hosts, call.start)
+        report.sections.extend(kernlog.sections_of(found, list(hosts)))
     return report
 
 

@@ -19,7 +19,7 @@ import re
 import shutil
 import subprocess
 import warnings
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -183,6 +183,18 @@ class FabricqaReport:
         node.user_properties.extend(properties)
         node.stash[PROPERTIES_KEY] = properties
         return case
+
+
+def amend_case(item: pytest.Item, *, extras: dict[str, Any], violations: Sequence[str] = ()) -> None:
+    """Add ``extras`` (keys left out when empty) and ``violations`` to the case ``item`` recorded, if it recorded
+    one: what the plugin learns about a case after its body ended (its kernel's account)."""
+    case = item.stash.get(CASE_KEY, None)
+    if case is None:
+        return
+    case = dict(case)
+    case["extras"] = {**case.get("extras", {}), **{k: v for k, v in extras.items() if v}}
+    case["violations"] = [*case.get("violations", []), *(v for v in violations if v not in case.get("violations", []))]
+    item.stash[CASE_KEY] = case
 
 
 def _param_of(item: pytest.Item, name: str) -> str | None:

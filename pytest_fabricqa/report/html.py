@@ -310,6 +310,8 @@ class FailoverRow:
     chart: str = ""
     """The id of the case's chart further down the section; empty when no chart was drawn."""
     reasons: list[str] = field(default_factory=list)
+    kernel: list[tuple[str, str]] = field(default_factory=list)
+    """The fault's account: (host, its storage kernel lines during the case, newline-joined) per host with any."""
 
 
 @dataclass
@@ -417,8 +419,20 @@ def _failover(run: Run, chart_ids: list[int]) -> FailoverView | None:
                 rows.append(FailoverRow("host", cells, host=host))
         if case.verdict in ("failed", "error"):
             rows.append(FailoverRow("reasons", verdict=case.verdict, reasons=_reasons(case)))
+        account = kernel_account(case)
+        if account:
+            rows.append(FailoverRow("kernel", kernel=account))
     rules = [d["stall_rule"] for c in cases if isinstance(d := c.extras.get("failover"), dict) and d.get("stall_rule")]
     return FailoverView([METRIC_LABELS[m] for m in measured], rows, drawn, str(rules[0]) if rules else "")
+
+
+def kernel_account(case: Case) -> list[tuple[str, str]]:
+    """(host, its storage kernel lines during the case, newline-joined) for each host the case's
+    ``extras["kernel_log"]`` names, in its order; empty when the case kept none."""
+    raw = case.extras.get("kernel_log")
+    if not isinstance(raw, dict):
+        return []
+    return [(str(h), "\n".join(str(x) for x in lines)) for h, lines in raw.items() if isinstance(lines, list) and lines]
 
 
 def skip_reason(case: Case) -> str:
@@ -883,5 +897,10 @@ def case_extra_html(case: Case, *, chart_id: str = "case") -> str:
     over_time = _timeseries_chart(case, f"{chart_id}-ts")
     if over_time:
         parts.append(f"<div style='max-width:960px'>{over_time}</div>")
+    for host, text in kernel_account(case):
+        parts.append(
+            f"<details><summary>kernel log {escape(host)} (storage lines during the case)</summary>"
+            f"<pre style='white-space:pre-wrap;font-size:12px'>{escape(text)}</pre></details>"
+        )
     parts.append("</div>")
     return "".join(parts)

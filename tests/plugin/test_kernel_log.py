@@ -5,6 +5,7 @@ so the test does not depend on this machine's own kernel log or on the right to 
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -55,3 +56,89 @@ def test_a_failed_case_that_reached_the_lab_shows_each_hosts_storage_lines(
     assert len(sections) == 2 and "n1" in sections[0] and "stor" in sections[1], out
     assert out.count("nvme nvme0: starting error recovery") == 2
     assert "an old line" not in out and "renamed from" not in out
+
+
+WATCHED = """
+import pytest
+from pytest_fabricqa.report import model as rm
+
+
+def _record(fabricqa_report, request, name):
+    case = rm.Case(nodeid=request.node.nodeid, case_id=name, suite="performance", verdict="passed",
+                   protocol="nvme-tcp", figures={"iops": 1.0})
+    fabricqa_report.record(case, request)
+
+
+@pytest.mark.loads_target
+def test_point_passes_its_limits(lab_session, fabricqa_report, request):
+    _record(fabricqa_report, request, "point")
+
+
+@pytest.mark.loads_target
+@pytest.mark.fabricqa_failover
+def test_a_fault_case(lab_session, fabricqa_report, request):
+    _record(fabricqa_report, request, "fault")
+
+
+@pytest.mark.loads_target
+@pytest.mark.fabricqa_kernel_expects("error recovery")
+def test_provokes_it(lab_session):
+    pass
+
+
+def test_loads_nothing(lab_session):
+    pass
+"""
+
+
+def _watched_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, lab: str) -> pytest.RunResult:
+    bin_dir = pytester.path / "bin"
+    bin_dir.mkdir()
+    dmesg = bin_dir / "dmesg"
+    dmesg.write_text(DMESG)
+    dmesg.chmod(dmesg.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    (pytester.path / "lab.yaml").write_text(lab)
+    pytester.makepyfile(test_cases=WATCHED)
+    return pytester.runpytest_subprocess("--lab=lab.yaml", "-p", "no:cacheprovider", "--report-dir=r")
+
+
+def test_a_point_that_met_its_limits_fails_on_storage_trouble_in_the_kernel_log(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = _watched_run(pytester, monkeypatch, LAB)
+    # Only the point fails: the failover case's lines are its fault's account, the other expects them, and a case
+    # that loads nothing is not watched.
+    result.assert_outcomes(passed=3, failed=1)
+    out = result.stdout.str()
+    assert "test_point_passes_its_limits" in out.split("short test summary")[-1]
+    assert (
+        "n1: the kernel logged storage trouble during the case, which injected no fault: '" in out
+        and "nvme nvme0: starting error recovery'" in out
+        and "watch.kernel_allow" in out
+    ), out
+    run = json.loads((pytester.path / "r" / "results.json").read_text())
+    cases = {c["case_id"]: c for c in run["cases"]}
+    assert cases["point"]["verdict"] == "failed"
+    assert any("storage trouble" in v for v in cases["point"]["violations"])
+    assert cases["fault"]["verdict"] == "passed" and not cases["fault"]["violations"]
+    # The account is kept with either case: the fault's lines are what it did.
+    account = cases["fault"]["extras"]["kernel_log"]
+    assert set(account) == {"n1", "stor"} and account["n1"][-1].endswith("nvme nvme0: starting error recovery")
+    assert not [line for lines in account.values() for line in lines if "renamed from" in line or "old line" in line]
+
+
+def test_a_line_the_lab_allows_does_not_fail_the_point(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = _watched_run(pytester, monkeypatch, LAB + "watch: {kernel_allow: ['starting error rec']}\n")
+    result.assert_outcomes(passed=4)
+
+
+def test_a_kernel_allow_pattern_that_is_no_regular_expression_is_a_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = _watched_run(pytester, monkeypatch, LAB + "watch: {kernel_allow: ['(unclosed']}\n")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "watch.kernel_allow" in result.stderr.str() and "not a regular expression" in result.stderr.str()
+    assert "Traceback" not in result.stderr.str()

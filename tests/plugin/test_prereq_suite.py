@@ -18,8 +18,15 @@ def _run(pytester: pytest.Pytester, lab: Path, *args: str) -> pytest.RunResult:
     # on two xdist workers (one lab name, one rootdir) would refuse each other.
     state = pytester.path / "state"
     return pytester.runpytest_subprocess(
-        f"--lab={lab}", str(SUITE), "-p", "no:cacheprovider", "-rA", f"--report-dir={report}",
-        "-o", f"fabricqa_state_dir={state}", *args,
+        f"--lab={lab}",
+        str(SUITE),
+        "-p",
+        "no:cacheprovider",
+        "-rA",
+        f"--report-dir={report}",
+        "-o",
+        f"fabricqa_state_dir={state}",
+        *args,
     )
 
 

@@ -3,9 +3,11 @@ see its README) since the case began, and what a host that cannot be read says."
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from pathlib import Path
 
+import pytest
 from fakes import ScriptedHost
 
 from pytest_fabricqa.fabric import kernlog
@@ -52,3 +54,50 @@ def test_each_host_is_a_section_and_one_that_cannot_be_read_says_why() -> None:
         "not read: dmesg could not be read (dmesg: read kernel buffer failed: Operation not permitted); "
         "it needs root or kernel.dmesg_restrict=0"
     )
+
+
+def test_the_case_start_is_moved_onto_the_hosts_clock_read_with_the_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The host's clock reads 23:32:14 while the runner's reads 100 s later: the case that began on the runner at
+    # 23:33:54 began at 23:32:14 on the host, and that is what its lines are stamped with.
+    host_now = unix("2026-12-02T23:32:14+00:00")
+    monkeypatch.setattr(kernlog.time, "time", lambda: host_now + 100)
+    host = ScriptedHost("vnode1", lambda argv: f"{host_now:.9f}\n{DMESG}")
+    lines = kernlog.read_storage_lines(host, host_now + 100, most=None)
+    assert lines and all(line >= "23:32:13" for line in lines)
+    assert lines[-1] == "23:32:14.728 nvme nvme2: failed to connect socket: -111"
+
+
+def test_a_dmesg_that_failed_behind_the_pipe_is_said_so() -> None:
+    host = ScriptedHost(
+        "vnode1", lambda argv: (0, "1764718334.1\ndmesg failed: exit 1\n", "dmesg: read kernel buffer failed")
+    )
+    with pytest.raises(RuntimeError, match=r"dmesg could not be read \(dmesg: read kernel buffer failed\)"):
+        kernlog.read_storage_lines(host, 0.0)
+
+
+def test_trouble_is_an_error_recovery_or_a_reconnect_not_a_connect_or_a_disconnect() -> None:
+    lines = kernlog.storage_lines(DMESG, unix("2026-12-02T23:25:00+00:00"), most=None)
+    found = kernlog.Account({"vnode1": lines}).trouble()
+    bad = found["vnode1"]
+    assert "23:32:01.317 nvme nvme0: starting error recovery" in bad
+    assert any("failed to connect socket: -111" in line for line in bad)
+    assert any("Reconnecting in" in line for line in bad) and any("failfast expired" in line for line in bad)
+    fine = [line for line in lines if line not in bad]
+    assert any("new ctrl: NQN" in line for line in fine) and any("Removing ctrl" in line for line in fine)
+    assert any("Successfully reconnected" in line for line in bad)  # a reconnect is trouble, even a good one
+    assert any("registered transport (tcp)" in line for line in fine)
+
+
+def test_a_host_whose_trouble_the_lab_allows_or_that_logged_none_is_not_a_problem() -> None:
+    found = kernlog.Account(
+        {"vnode1": ["23:32:01.317 nvme nvme0: starting error recovery"], "vnode2": ["23:30:10.1 nvme nvme1: new ctrl"]},
+        {"vstor": "dmesg could not be read"},
+    )
+    (problem,) = kernlog.trouble_problems(found)
+    assert problem == (
+        "vnode1: the kernel logged storage trouble during the case, which injected no fault: "
+        "'23:32:01.317 nvme nvme0: starting error recovery'; a line the lab knows to be harmless is allowed by a "
+        "pattern in watch.kernel_allow"
+    )
+    assert kernlog.trouble_problems(found, [re.compile("error recovery")]) == []
+    assert found.to_dict()["vstor"] == ["not read: dmesg could not be read"]

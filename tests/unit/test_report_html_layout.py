@@ -139,7 +139,13 @@ def run() -> Run:
                 "outage": "all-paths-down-long",
                 "what": "every path down for longer than the path timeout, then back: I/O errors are seen",
                 "series": {h: _series((1.0, 5.5), 7000.0) for h in hosts},
-            }
+            },
+            "kernel_log": {  # lines of tests/data/kernlog's recorded dmesg, as kernlog.Account.to_dict keeps them
+                "el72h1": [
+                    "23:32:01.317 nvme nvme0: starting error recovery",
+                    "23:32:14.728 nvme nvme2: failed to connect socket: -111",
+                ],
+            },
         },
     )
     parity = Case(
@@ -338,3 +344,19 @@ def test_scroll_boxes_wraps_the_outermost_tables_only() -> None:
         '<p>a</p><div class="table-scroll"><table class=x><tr><td><table><tr><td>in</td></tr></table></td></tr>'
         '</table></div><p>b</p><div class="table-scroll"><TABLE></TABLE></div>'
     )
+
+
+def test_a_failover_case_shows_its_kernel_lines_as_the_faults_account_under_its_row(page: Tree) -> None:
+    summary = page.by_id()["failover-summary"]
+    body = [r for r in summary.walk() if r.tag == "tr" and r.parent is not None and r.parent.tag == "tbody"]
+    at = next(i for i, r in enumerate(body) if "case" in r.classes and "all-paths-down-long" in _case_id(r))
+    below = body[at + 1 :]
+    kernel = next(r for r in below if any(e.tag == "details" for e in r.walk()))
+    assert below.index(kernel) < next((below.index(r) for r in below if "case" in r.classes), len(below))
+    (details,) = [e for e in kernel.walk() if e.tag == "details"]
+    (summary_line,) = [e for e in details.children if e.tag == "summary"]
+    assert summary_line.all_text() == "the kernel's account on el72h1 (2 storage lines)"
+    (pre,) = [e for e in details.children if e.tag == "pre"]
+    assert pre.all_text().endswith("nvme nvme2: failed to connect socket: -111")
+    # A case that kept no account has no such row.
+    assert sum(1 for r in body if any(e.tag == "details" for e in r.walk())) == 1
