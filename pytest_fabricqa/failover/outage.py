@@ -38,10 +38,8 @@ from pytest_fabricqa.core.cases import ANA, BRIEF, LONG, ONE_PATH, PORT, TARGET_
 from pytest_fabricqa.core.undo import UndoStack
 from pytest_fabricqa.failover.figures import (
     FailoverFigures,
-    HostSeries,
     count_errors,
     failover_violations,
-    host_series,
     measure,
     throughput_points,
 )
@@ -49,6 +47,7 @@ from pytest_fabricqa.faults import inject as faults
 from pytest_fabricqa.faults.inject import Fault
 from pytest_fabricqa.fio.command import LOG_MARKER, split_logs
 from pytest_fabricqa.fio.parse import FioOutputError, fio_messages, parse_fio_output
+from pytest_fabricqa.fio.stalls import HostSeries, host_series
 from pytest_fabricqa.fio.verify import VERIFY, VERIFY_BACKLOG, Region, run_verify
 from pytest_fabricqa.initiators.nvme import traddr as traddr_of
 from pytest_fabricqa.integrity.checks import Outcome

@@ -304,7 +304,7 @@ def run_fio_clients(
     group_reporting: bool = True,
     timeout: float | None = None,
     options: Sequence[tuple[str, str]] = (),
-    logs: tuple[int, int] | None = None,
+    logs: tuple[int, int | None] | None = None,
     case: str | None = None,
 ) -> ClientServerResult:
     """Run ``workload`` on every server's devices at once, from a fio client on ``controller``, in one command.
@@ -312,7 +312,8 @@ def run_fio_clients(
     The servers must already run ``fio --server`` (:func:`server_argv`). Each server's job file carries
     ``options`` (steady-state detection, say), its own ``randseed`` (:func:`host_randseed` of ``case``, default
     the workload's name, and the server's name) and, when ``logs`` is (log_avg_msec, log_hist_msec), the IOPS,
-    latency and histogram logs under the server's lab name (:func:`log_prefix`); the files travel inside the
+    latency and histogram logs under the server's lab name (:func:`log_prefix`; the IOPS log alone with
+    log_hist_msec None); the files travel inside the
     command (:func:`client_script_argv`) and the logs come back in ``result.logs``. Raises :class:`FioError`
     when fio fails or any job on any server ends with an error.
     """

@@ -55,11 +55,14 @@ class LogError(FabricQAError, ValueError):
 
 
 def log_options(
-    prefix: str, *, avg_msec: int = DEFAULT_LOG_MSEC, hist_msec: int = DEFAULT_LOG_MSEC
+    prefix: str, *, avg_msec: int = DEFAULT_LOG_MSEC, hist_msec: int | None = DEFAULT_LOG_MSEC
 ) -> list[tuple[str, str]]:
-    """The job-file options that make fio write the IOPS, latency and histogram logs under ``prefix``."""
-    if avg_msec < 1 or hist_msec < 1:
+    """The job-file options that make fio write the IOPS, latency and histogram logs under ``prefix``; with
+    ``hist_msec`` None, the IOPS log alone (what a point's stall check reads, :mod:`pytest_fabricqa.fio.stalls`)."""
+    if avg_msec < 1 or (hist_msec is not None and hist_msec < 1):
         raise ValueError("log intervals must be at least 1 ms")
+    if hist_msec is None:
+        return [("write_iops_log", prefix), ("log_avg_msec", str(avg_msec))]
     return [
         ("write_iops_log", prefix),
         ("write_lat_log", prefix),

@@ -546,9 +546,13 @@ class WatchSettings(_Model):
     - ``kernel_allow``: regular expressions (Python's ``re``, searched in each line) for storage kernel lines the lab
       knows to be harmless. Otherwise a case that injected no fault fails when a host's kernel logged storage
       trouble during it (:data:`pytest_fabricqa.fabric.kernlog.TROUBLE`: an I/O error, a timeout, a controller
-      reset, a lost connection, a failed path, a hung task, ...)."""
+      reset, a lost connection, a failed path, a hung task, ...).
+    - ``max_point_stall_s``: a performance point fails when one of its hosts completed no I/O for longer than this,
+      read from fio's IOPS log (:func:`pytest_fabricqa.measure.point.point_stalls`). 1 s by default: a path lost
+      and found again within the initiator's timeouts leaves no error and no kernel line, only this gap."""
 
     kernel_allow: tuple[str, ...] = ()
+    max_point_stall_s: float = Field(1.0, gt=0, le=3600)
 
     @field_validator("kernel_allow")
     @classmethod

@@ -12,6 +12,11 @@ CPU every second (:func:`pytest_fabricqa.measure.cpu.sampler_argv`). A suite cal
       timeseries: {interval_ms: 1000}  # or true: fio's IOPS, latency and histogram logs per host
       scaling: [randread-4k-qd32-j1]  # test_scaling runs these from 1..N initiators
       knee_gain_pct: 10               # a sweep's knee: the last step that still gained more than this
+
+Every round also logs each host's IOPS (in the time series' windows, or in :data:`STALL_LOG_MSEC` windows when
+the lab keeps no series), and a point fails when a host completed no I/O for longer than the lab's
+``watch.max_point_stall_s`` (:func:`point_stalls`): a path lost and found again within the initiator's timeouts
+leaves no error and may leave the figures inside their limits, but not this gap.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +33,8 @@ from pytest_fabricqa.core.scaling import DEFAULT_KNEE_GAIN_PCT
 from pytest_fabricqa.core.workloads import MEASURE_KEYS, Workload
 from pytest_fabricqa.fio import ClientServerResult, FioServer, figures, run_fio_clients, shared_offsets, total_mismatch
 from pytest_fabricqa.fio.command import log_prefix
-from pytest_fabricqa.fio.logs import build_timeseries
+from pytest_fabricqa.fio.logs import build_timeseries, parse_log_name
+from pytest_fabricqa.fio.stalls import Stall, host_series, longest_stall
 from pytest_fabricqa.lab.thresholds import Thresholds, violations
 from pytest_fabricqa.measure.cpu import ProcStatError, parse_samples, sampler_argv, window_usage
 from pytest_fabricqa.measure.spread import (
@@ -64,9 +70,23 @@ class MeasurePlan:
     series: SeriesPlan | None = None
     scaling: tuple[str, ...] = ()
     knee_gain_pct: float = DEFAULT_KNEE_GAIN_PCT
+    max_stall_s: float | None = None
+    """The longest a host may complete no I/O in a point (the lab's ``watch.max_point_stall_s``); None: not checked."""
+
+    @property
+    def stall_log_msec(self) -> int:
+        """The IOPS log's window a stall is read in: the time series', or :data:`STALL_LOG_MSEC`."""
+        return self.series.interval_ms if self.series is not None else STALL_LOG_MSEC
 
 
-def measure_plan(section: Mapping[str, Any] | None, *, samples_override: int | None = None) -> MeasurePlan:
+STALL_LOG_MSEC = 100
+"""fio's IOPS-log window when the lab keeps no time series: a stall is read in whole windows (up to two short), so
+they must be well under the 1 s default limit. Through fio's client: 10 lines a second per job."""
+
+
+def measure_plan(
+    section: Mapping[str, Any] | None, *, samples_override: int | None = None, max_stall_s: float | None = None
+) -> MeasurePlan:
     """The lab file's ``workloads`` keys about measuring; :class:`SamplingError` names a bad key."""
     section = {key: value for key, value in (section or {}).items() if key in MEASURE_KEYS}
     sampling = sampling_plan(section, samples_override=samples_override)
@@ -92,7 +112,7 @@ def measure_plan(section: Mapping[str, Any] | None, *, samples_override: int | N
     knee = section.get("knee_gain_pct", DEFAULT_KNEE_GAIN_PCT)
     if isinstance(knee, bool) or not isinstance(knee, int | float) or not 0 <= knee < 1000:
         raise SamplingError(f"workloads.knee_gain_pct: expected a percentage such as 10, not {knee!r}")
-    return MeasurePlan(sampling, series, tuple(scaling), float(knee))
+    return MeasurePlan(sampling, series, tuple(scaling), float(knee), max_stall_s)
 
 
 @dataclass(frozen=True)
@@ -109,6 +129,10 @@ class Point:
     spreads: dict[str, Spread] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    stalls: dict[str, tuple[int, Stall]] = field(default_factory=dict)
+    """Per host, its longest stall in any reported round: (round, 1-based; the stall on fio's clock, ms since the
+    ramp ended)."""
+    stall_rule: str = ""
 
     @property
     def randseeds(self) -> dict[str, int]:
@@ -133,6 +157,14 @@ class Point:
             out["timeseries"] = self.series.to_dict()
         if self.notes:
             out["measure_notes"] = list(self.notes)
+        if self.stall_rule:
+            out["stalls"] = {
+                "rule": self.stall_rule,
+                "hosts": {
+                    host: {"round": n, "from_s": s.start_ms / 1000, "seconds": s.seconds}
+                    for host, (n, s) in sorted(self.stalls.items())
+                },
+            }
         return out
 
 
@@ -152,7 +184,8 @@ def run_point(
     notes: list[str] = []
     steady = plan.sampling.steady_state
     options = steady.fio_options() if steady is not None else []
-    logs = None if plan.series is None else (plan.series.interval_ms, plan.series.interval_ms)
+    # The IOPS log always (a stall is read from it); latency and histograms only for a lab's time series.
+    logs = (STALL_LOG_MSEC, None) if plan.series is None else (plan.series.interval_ms, plan.series.interval_ms)
     sample_cpu = target is not None and steady is None
     if target is not None and steady is not None:
         notes.append("target CPU not sampled: in steady-state mode fio ends a round early, the sampler would not")
@@ -186,9 +219,18 @@ def run_point(
     for name in dict.fromkeys(h.host for r in measured for h in r.hosts):
         per_round = [figures(r.host(name)) for r in measured if any(h.host == name for h in r.hosts)]
         hosts[name] = summarise(per_round)[0]
+    host_of = {log_prefix(server): server.name for server, _ in jobs}
+    worst: dict[str, tuple[int, Stall]] = {}
+    for n, result in enumerate(measured, start=1):
+        runtime_ms = None if steady is not None or workload.runtime is None else workload.runtime * 1000
+        for host, stall in point_stalls(result, host_of, plan.stall_log_msec, runtime_ms).items():
+            if host not in worst or stall.seconds > worst[host][1].seconds:
+                worst[host] = (n, stall)
+    problems = list(rounds.problems)
+    if plan.max_stall_s is not None:
+        problems += stall_problems(worst, plan.max_stall_s, plan.stall_log_msec, rounds=len(measured))
     series = None
     if plan.series is not None:
-        host_of = {log_prefix(server): server.name for server, _ in jobs}
         series = build_timeseries(results[-1].logs, host_of=host_of, interval_ms=plan.series.interval_ms)
         notes.extend(series.notes)
         if not series.cluster:
@@ -212,9 +254,62 @@ def run_point(
         series=series,
         spread_basis=basis,
         spreads=spreads,
-        problems=rounds.problems,
+        problems=tuple(problems),
         notes=tuple(dict.fromkeys(notes)),
+        stalls=worst,
+        stall_rule=stall_rule(plan.max_stall_s, plan.stall_log_msec) if plan.max_stall_s is not None else "",
     )
+
+
+def point_stalls(
+    result: ClientServerResult, host_of: Mapping[str, str], interval_ms: int, runtime_ms: int | None = None
+) -> dict[str, Stall]:
+    """Per host with one, the round's longest time in which none of its jobs completed an I/O
+    (:func:`pytest_fabricqa.fio.stalls.longest_stall`), from its IOPS logs (``host_of``: log prefix -> lab host) on
+    fio's clock (ms since the ramp ended). The run ends at ``runtime_ms`` (a time-based round that ran its whole
+    runtime), so a stall until the end counts; None (a steady-state round fio may end early): at the host's last
+    log line, and a stall until the end is not seen. fio's JSON cannot say: with group_reporting a host's
+    ``job_runtime`` is its jobs' runtimes added up. A host without an IOPS log is left out."""
+    logs: dict[str, dict[str, str]] = {}
+    for name, text in result.logs.items():
+        parsed = parse_log_name(name)
+        host = None if parsed is None or parsed.kind != "iops" else host_of.get(parsed.prefix.rsplit("/", 1)[-1])
+        if host is not None:
+            logs.setdefault(host, {})[name] = text
+    found: dict[str, Stall] = {}
+    for host, files in logs.items():
+        series = host_series(host, files, interval_ms=interval_ms, start_ms=0, end_ms=0)
+        last = max((i.end_ms for i in series.intervals), default=0)
+        end_ms = max(last, runtime_ms) if runtime_ms is not None else last + interval_ms
+        stall = longest_stall(replace(series, end_ms=end_ms))
+        if stall is not None:
+            found[host] = stall
+    return found
+
+
+def stall_rule(max_stall_s: float, interval_ms: int) -> str:
+    """How a point's stall is measured and judged, in words for the report."""
+    return (
+        f"A point fails when a host completed no I/O for longer than {max_stall_s:g} s (watch.max_point_stall_s), "
+        f"read from fio's IOPS log in {interval_ms} ms windows: a window without a completion has no line, so a "
+        f"stall is counted in whole windows, up to {2 * interval_ms / 1000:g} s short of the real one."
+    )
+
+
+def stall_problems(
+    worst: Mapping[str, tuple[int, Stall]], max_stall_s: float, interval_ms: int, *, rounds: int = 1
+) -> list[str]:
+    """One sentence per host whose longest stall is beyond ``max_stall_s``: how long, when in the run, the limit."""
+    problems: list[str] = []
+    for host, (n, stall) in sorted(worst.items()):
+        if stall.seconds > max_stall_s:
+            which = f" of round {n}" if rounds > 1 else ""
+            problems.append(
+                f"{host}: no I/O completed for {stall.seconds:g} s, from {stall.start_ms / 1000:g} s to "
+                f"{stall.end_ms / 1000:g} s into the measured run{which}, longer than the lab's "
+                f"watch.max_point_stall_s of {max_stall_s:g} s (fio's IOPS log in {interval_ms} ms windows)"
+            )
+    return problems
 
 
 def point_problems(point: Point, limits: Thresholds, *, label: str = "") -> list[str]:

@@ -288,7 +288,7 @@ def _measure(lab: LabModel, path: Path, samples: int | None, workloads: list[Wor
     from pytest_fabricqa.measure.point import measure_plan
 
     try:
-        plan = measure_plan(lab.workloads or None, samples_override=samples)
+        plan = measure_plan(lab.workloads or None, samples_override=samples, max_stall_s=lab.watch.max_point_stall_s)
     except UserError as exc:
         raise LabError(f"{path}: {exc}") from None
     from pytest_fabricqa.core.workloads import selected_names

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,48 @@ def test_steady_state_mode_passes_fio_ss_and_reports_it_not_reached(
     fio_said = [p for p in point.problems if p.startswith("steady state not reached: fio's iops_slope:0.001%")]
     assert {p.rsplit(" on ", 1)[1].split(",")[0] for p in fio_said} == {"node1", "node2"}
     assert all(j.steadystate is not None for h in point.last.hosts for j in h.jobs)
+
+
+def _family(pid: int) -> list[int]:
+    """``pid`` and every process under it (fio's server forks a process per job)."""
+    found = [pid]
+    children = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    for child in children.split():
+        found += _family(int(child))
+    return found
+
+
+def test_a_host_whose_io_stops_for_seconds_in_the_middle_of_a_point_fails_it_naming_when(
+    servers: tuple[list[FioServer], list[Path]], tmp_path: Path
+) -> None:
+    """node2's fio stopped (SIGSTOP) for 3 s in the middle of a 6 s point: a gap no figure limit sees, which the
+    point's own IOPS log shows and the stall check fails, naming the host and when; node1 ran on and is not named.
+    fio's log writes no line while stopped, then one for the whole stop (fio/stalls.py): counted a window short."""
+    fio_servers, images = servers
+    workload = make_workload("randread", "4k", iodepth=4, runtime=6, ramp_time=1)
+    plan = MeasurePlan(SamplingPlan(1), max_stall_s=1.0)
+    jobs = [(server, [str(image)]) for server, image in zip(fio_servers, images, strict=True)]
+    server_pid = int((images[1].parent / "server2.pid").read_text().split()[0])  # the servers fixture's
+    idle = len(_family(server_pid))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        running = pool.submit(run_point, LocalHost("node1"), jobs, workload, plan, workdir=str(tmp_path))
+        deadline = time.monotonic() + 60
+        # The server forks for the client's connection, then its backend forks the job: both there, the job runs.
+        while len(_family(server_pid)) < idle + 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(2.0)  # its job's 1 s of ramp, then ~1 s of the measured run
+        stopped = _family(server_pid)
+        try:
+            subprocess.run(["kill", "-STOP", *map(str, stopped)], check=True)
+            time.sleep(3.0)
+        finally:
+            subprocess.run(["kill", "-CONT", *map(str, stopped)], check=False)
+        point = running.result(timeout=120)
+
+    stalled = [p for p in point.problems if "no I/O completed for" in p]
+    assert len(stalled) == 1 and stalled[0].startswith("node2: no I/O completed for "), point.problems
+    assert "watch.max_point_stall_s of 1 s (fio's IOPS log in 100 ms windows)" in stalled[0]
+    _, stall = point.stalls["node2"]
+    assert 1.5 <= stall.seconds <= 3.5 and 0 <= stall.start_ms < 6000
+    assert point.extras()["stalls"]["hosts"]["node2"]["seconds"] == stall.seconds
+    assert "node1" not in point.stalls or point.stalls["node1"][1].seconds <= 1.0

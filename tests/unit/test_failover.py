@@ -12,22 +12,17 @@ import pytest
 from pytest_fabricqa.failover.figures import (
     ErrorCounts,
     FailoverFigures,
-    HostSeries,
-    Stall,
     count_errors,
     failover_violations,
     fault_stall,
-    host_series,
     imbalance_violations,
-    longest_stall,
     measure,
     path_imbalance_pct,
-    run_span_ms,
-    stalls,
 )
 from pytest_fabricqa.faults.inject import Fault
 from pytest_fabricqa.fio.logs import parse_log
 from pytest_fabricqa.fio.parse import parse_fio_output
+from pytest_fabricqa.fio.stalls import HostSeries, Stall, host_series, longest_stall, run_span_ms, stalls
 from pytest_fabricqa.lab.database import OracleSettings
 from pytest_fabricqa.lab.thresholds import ThresholdError, Thresholds, violations
 from pytest_fabricqa.report.formatting import format_figure
@@ -326,7 +321,7 @@ def test_the_virtual_labs_parity_limit_fails_a_path_that_carries_next_to_nothing
 
 def _with_gaps(*gaps: tuple[int, int]) -> HostSeries:
     """A 20 s run at 50 I/Os per 100 ms interval, with no line in each ``(start_ms, end_ms)`` gap."""
-    from pytest_fabricqa.failover.figures import Interval
+    from pytest_fabricqa.fio.stalls import Interval
 
     ends = [t for t in range(100, 20_001, 100) if not any(a < t <= b for a, b in gaps)]
     return HostSeries("vnode1", 100, tuple(Interval(t - 100, t, 50.0) for t in ends), 0, 20_000)

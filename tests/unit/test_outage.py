@@ -24,16 +24,10 @@ from fakes import Answer, ScriptedHost, answer_files
 from pytest_fabricqa.core.cases import ALUA, ANA, BRIEF, LONG, ONE_PATH, PORT
 from pytest_fabricqa.core.undo import UndoStack
 from pytest_fabricqa.failover import outage
-from pytest_fabricqa.failover.figures import (
-    FailoverFigures,
-    Fault,
-    HostSeries,
-    Stall,
-    fault_stall,
-    measure,
-    stalls,
-)  # fmt: skip
+from pytest_fabricqa.failover.figures import FailoverFigures, fault_stall, measure
 from pytest_fabricqa.faults import inject as faults
+from pytest_fabricqa.faults.inject import Fault
+from pytest_fabricqa.fio.stalls import HostSeries, Stall, stalls
 from pytest_fabricqa.lab.load import load_lab
 from pytest_fabricqa.lab.model import FailoverSettings, LabModel
 from pytest_fabricqa.lab.thresholds import Thresholds
