@@ -138,7 +138,9 @@ def test_verify_detects_corruption(
     assert found is not None
 
 
-@pytest.mark.fabricqa_kernel_expects(r"reservation conflict", r"nexus error", r"FAILED Result")  # the fenced write
+# The fenced write: SCSI says "reservation conflict"; Linux 6.1 logs NVMe's as "I/O Error (sct 0x0 / sc 0x83)" (its
+# Reservation Conflict status, read on vnode1), and the block layer "critical nexus error" for either.
+@pytest.mark.fabricqa_kernel_expects(r"reservation conflict", r"sct 0x0 / sc 0x83\b", r"nexus error", r"FAILED Result")
 def test_reservations_fence(
     lab: LabModel, fabric: Fabric, protocol: str, lab_hosts: dict[str, Host], write_guard: WriteGuard,
     fabricqa_report: Any, request: pytest.FixtureRequest,

@@ -48,7 +48,7 @@ TROUBLE = re.compile(
     r"|controller is down|error recovery|failfast|Reconnecting in|reconnect(?:ed| attempt)|Failed reconnect"
     r"|failed to connect|connection error|conn error|connection\d+:\d+: detected|ping timeout|session recovery"
     r"|RDMA_CM_EVENT_(?:DISCONNECTED|UNREACHABLE|REJECTED|ADDR_ERROR|ROUTE_ERROR|CONNECT_ERROR)"
-    r"|keep-alive|Keep Alive|Failing path|remaining active paths|Reinstating path|Link is Down|\blink down\b"
+    r"|keep-?alive|Failing path|remaining active paths|Reinstating path|Link is Down|\blink down\b"
     r"|blocked for more than|hung_task|INFO: task|Call Trace|\bBUG\b|WARNING:|Oops|soft lockup|\bstall\b"
     r"|ABORT_TASK|LUN_RESET|MISCOMPARE",
     re.IGNORECASE,
@@ -56,32 +56,50 @@ TROUBLE = re.compile(
 """Storage lines that mean trouble: an I/O error, a SCSI error or reservation conflict, a timeout, a controller
 reset or reconnect, a lost connection, a path failed or reinstated by dm-multipath, a link down, a hung task, a
 kernel warning or trace, a target aborting or resetting. A connect's or a disconnect's own lines ("new ctrl",
-"Removing ctrl", an iSCSI login) are not."""
+"Removing ctrl", an iSCSI login) are not, nor is what :data:`BENIGN` names."""
+BENIGN = re.compile(r"alua: transition timeout set to", re.IGNORECASE)
+"""Lines :data:`TROUBLE` would match that say nothing is wrong: scsi_dh_alua's note of its own transition timeout,
+logged for every SCSI disk an ALUA target (LIO) shows, at each login."""
 
 
-def storage_lines(text: str, since_s: float, *, most: int | None = MOST_LINES) -> list[str]:
+def storage_entries(text: str, since_s: float) -> list[tuple[float, str]]:
     """The storage lines of ``dmesg --time-format iso`` output stamped at or after ``since_s`` (Unix seconds on the
-    host's clock, less :data:`SLACK_S`), the newest ``most`` of them (every one with None), each as ``HH:MM:SS.mmm
-    message``. Lines without a time (a continuation) belong to the line before them."""
-    found: list[str] = []
+    host's clock, less :data:`SLACK_S`), oldest first, each with its time (Unix seconds on the host's clock) and as
+    ``HH:MM:SS.mmm message``. Lines without a time (a continuation) belong to the line before them."""
+    found: list[tuple[float, str]] = []
     keep = False
+    when = 0.0
     for line in text.splitlines():
         match = _LINE.match(line)
         if match is None:
             if keep and line.strip():
-                found.append(f"{'':13}{line.strip()}")
+                found.append((when, f"{'':13}{line.strip()}"))
             continue
         stamp, fraction, zone, message = match.groups()
         when = datetime.fromisoformat(f"{stamp}{zone}").timestamp() + float(f"0.{fraction or 0}")
         keep = when >= since_s - SLACK_S and STORAGE.search(message) is not None
         if keep:
-            found.append(f"{stamp[11:]}.{(fraction or '0')[:3]:0<3} {message.strip()}")
+            found.append((when, f"{stamp[11:]}.{(fraction or '0')[:3]:0<3} {message.strip()}"))
+    return found
+
+
+def storage_lines(text: str, since_s: float, *, most: int | None = MOST_LINES) -> list[str]:
+    """:func:`storage_entries`' lines without their times, the newest ``most`` of them (every one with None)."""
+    found = [line for _, line in storage_entries(text, since_s)]
     return found if most is None else found[-most:]
 
 
 def read_storage_lines(host: Host, since_s: float, *, most: int | None = MOST_LINES) -> list[str]:
-    """One host's storage lines since ``since_s`` (the runner's Unix time, moved onto the host's clock by the clock
-    reading that comes with the log); raises what the transport raises."""
+    """One host's storage lines since ``since_s`` (the runner's Unix time); raises what the transport raises."""
+    entries, _ = read_entries(host, since_s)
+    lines = [line for _, line in entries]
+    return lines if most is None else lines[-most:]
+
+
+def read_entries(host: Host, since_s: float) -> tuple[list[tuple[float, str]], float]:
+    """One host's storage entries since ``since_s`` (the runner's Unix time, moved onto the host's clock by the
+    clock reading that comes with the log) and that offset (host clock minus the runner's); raises what the
+    transport raises."""
     result = host.run(["sh", "-c", KERNEL_LOG], check=False, timeout=READ_TIMEOUT_S)
     returned = time.time()
     text = result.stdout
@@ -98,22 +116,30 @@ def read_storage_lines(host: Host, since_s: float, *, most: int | None = MOST_LI
         raise RuntimeError(f"dmesg could not be read ({tail}); it needs root or kernel.dmesg_restrict=0")
     # The host read its clock before the runner saw the answer: the offset errs early, keeping a line or two more.
     offset = 0.0 if host_now is None else host_now - returned
-    return storage_lines(text, since_s + offset, most=most)
+    return storage_entries(text, since_s + offset), offset
 
 
 @dataclass(frozen=True)
 class Account:
-    """Every lab host's storage lines over one case, oldest first (``lines``), and the hosts that could not be read
-    with why (``unread``)."""
+    """Every lab host's storage lines over one case, oldest first (``lines``), the hosts that could not be read with
+    why (``unread``), and per host the lines logged before ``judged_from`` that are another case's aftermath
+    (``aftermath``: how many of ``lines``, from the first, are shown but not judged)."""
 
     lines: dict[str, list[str]] = field(default_factory=dict)
     unread: dict[str, str] = field(default_factory=dict)
+    aftermath: dict[str, int] = field(default_factory=dict)
 
     def trouble(self, allow: Sequence[re.Pattern[str]] = ()) -> dict[str, list[str]]:
-        """Per host with any, its lines that mean trouble (:data:`TROUBLE`) and match no ``allow`` pattern."""
+        """Per host with any, its judged lines that mean trouble (:data:`TROUBLE`, not :data:`BENIGN`) and match no
+        ``allow`` pattern."""
         found: dict[str, list[str]] = {}
         for host, lines in self.lines.items():
-            bad = [line for line in lines if TROUBLE.search(line) and not any(a.search(line) for a in allow)]
+            judged = lines[self.aftermath.get(host, 0) :]
+            bad = [
+                line
+                for line in judged
+                if TROUBLE.search(line) and not BENIGN.search(line) and not any(a.search(line) for a in allow)
+            ]
             if bad:
                 found[host] = bad
         return found
@@ -126,18 +152,23 @@ class Account:
         return out
 
 
-def account(hosts: Mapping[str, Host], since_s: float) -> Account:
-    """Every host's storage lines since ``since_s`` (the runner's Unix time), read at once. Never raises."""
-    read = each(hosts.values(), lambda host: read_storage_lines(host, since_s, most=None), check=False)
+def account(hosts: Mapping[str, Host], since_s: float, *, judged_from_s: float | None = None) -> Account:
+    """Every host's storage lines since ``since_s`` (the runner's Unix time), read at once; those before
+    ``judged_from_s`` (the runner's time; the end of a fault's aftermath) are counted as aftermath. Never raises."""
+    read = each(hosts.values(), lambda host: read_entries(host, since_s), check=False)
     lines: dict[str, list[str]] = {}
     unread: dict[str, str] = {}
+    aftermath: dict[str, int] = {}
     for name in hosts:
         found = read.get(name)
         if isinstance(found, BaseException):
             unread[name] = str(found)
         elif found is not None:
-            lines[name] = found
-    return Account(lines, unread)
+            entries, offset = found
+            lines[name] = [line for _, line in entries]
+            if judged_from_s is not None and judged_from_s > since_s:
+                aftermath[name] = sum(1 for when, _ in entries if when < judged_from_s + offset)
+    return Account(lines, unread, aftermath)
 
 
 def trouble_problems(found: Account, allow: Sequence[re.Pattern[str]] = ()) -> list[str]:

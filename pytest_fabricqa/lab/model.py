@@ -553,6 +553,11 @@ class WatchSettings(_Model):
 
     kernel_allow: tuple[str, ...] = ()
     max_point_stall_s: float = Field(1.0, gt=0, le=3600)
+    fault_settle_s: float = Field(120.0, ge=0, le=3600)
+    """How long after a fault case ended the kernel may still log its aftermath: such lines in the next cases are
+    kept and shown, not judged. A target's keep-alive timer ends each controller a fault left behind up to its
+    keep-alive timeout later (nvmet's 60 s on the virtual lab: "keep-alive timer (60 seconds) expired!" on vstor for
+    six controllers in the last minute of the nvme-tcp pair's failover cases), and a host reconnects after its own."""
 
     @field_validator("kernel_allow")
     @classmethod

@@ -37,6 +37,7 @@ FABRIC_USED_KEY = pytest.StashKey[bool]()
 WORKLOADS_KEY = pytest.StashKey["list[Workload]"]()
 MEASURE_KEY = pytest.StashKey["MeasurePlan"]()
 KERNEL_KEY: pytest.StashKey[Account] = pytest.StashKey()
+FAULT_ENDED_KEY = pytest.StashKey[float]()
 REPORT_PLUGIN = "fabricqa-report"  # the name the session's ReportPlugin is registered under
 
 
@@ -414,7 +415,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     """A case that puts load on the target is watched by the kernel (:mod:`pytest_fabricqa.fabric.kernlog`): when
     it ends, each lab host's storage lines since it began are read and kept with the case; a case that injected no
     fault (not a failover case) and passed fails when they show storage trouble the lab does not allow
-    (``watch.kernel_allow``, the case's ``fabricqa_kernel_expects``)."""
+    (``watch.kernel_allow``, the case's ``fabricqa_kernel_expects``). Lines within ``watch.fault_settle_s`` of the
+    last failover case's end are that fault's aftermath: kept, not judged."""
     watched = (
         SESSION_KEY in item.config.stash
         and item.get_closest_marker("loads_target") is not None
@@ -429,18 +431,25 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     from pytest_fabricqa.plugin.reporting import amend_case
 
     began = time.time()
+    lab = item.config.stash[LAB_KEY]
+    hosts = item.config.stash[SESSION_KEY].hosts
+    faulted = item.get_closest_marker("fabricqa_failover") is not None
+    ended = item.config.stash.get(FAULT_ENDED_KEY, None)
+    settled = None if ended is None or lab is None else ended + lab.watch.fault_settle_s
     try:
         outcome = yield
     except pytest.skip.Exception:
         raise
     except BaseException:
-        item.stash[KERNEL_KEY] = found = kernlog.account(item.config.stash[SESSION_KEY].hosts, began)
+        item.stash[KERNEL_KEY] = found = kernlog.account(hosts, began, judged_from_s=settled)
         amend_case(item, extras={"kernel_log": found.to_dict()})
         raise
-    item.stash[KERNEL_KEY] = found = kernlog.account(item.config.stash[SESSION_KEY].hosts, began)
+    finally:
+        if faulted:
+            item.config.stash[FAULT_ENDED_KEY] = time.time()
+    item.stash[KERNEL_KEY] = found = kernlog.account(hosts, began, judged_from_s=settled)
     problems: list[str] = []
-    if item.get_closest_marker("fabricqa_failover") is None:
-        lab = item.config.stash[LAB_KEY]
+    if not faulted:
         expected = [re.compile(p, re.IGNORECASE) for m in item.iter_markers("fabricqa_kernel_expects") for p in m.args]
         problems = kernlog.trouble_problems(found, [*(lab.watch.allowed if lab else ()), *expected])
     amend_case(item, extras={"kernel_log": found.to_dict()}, violations=problems)

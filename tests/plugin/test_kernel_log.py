@@ -142,3 +142,42 @@ def test_a_kernel_allow_pattern_that_is_no_regular_expression_is_a_usage_error(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "watch.kernel_allow" in result.stderr.str() and "not a regular expression" in result.stderr.str()
     assert "Traceback" not in result.stderr.str()
+
+
+AFTER_A_FAULT = """
+import pytest
+
+
+@pytest.mark.loads_target
+@pytest.mark.fabricqa_failover
+def test_1_a_fault_case(lab_session):
+    pass
+
+
+@pytest.mark.loads_target
+def test_2_a_point_right_after_it(lab_session):
+    pass
+"""
+
+
+@pytest.mark.parametrize(
+    ("settle", "outcomes"), [("", {"passed": 2}), ("watch: {fault_settle_s: 0}\n", {"passed": 1, "failed": 1})]
+)
+def test_trouble_right_after_a_fault_case_is_its_aftermath_shown_not_judged(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, settle: str, outcomes: dict[str, int]
+) -> None:
+    """The fake dmesg stamps its trouble line now: in the point after a fault case that is within the lab's
+    watch.fault_settle_s (120 s by default) of the fault's end, so it is the fault's aftermath; with 0 it is the
+    point's own and fails it."""
+    bin_dir = pytester.path / "bin"
+    bin_dir.mkdir()
+    dmesg = bin_dir / "dmesg"
+    dmesg.write_text(DMESG)
+    dmesg.chmod(dmesg.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    (pytester.path / "lab.yaml").write_text(LAB + settle)
+    pytester.makepyfile(test_cases=AFTER_A_FAULT)
+    result = pytester.runpytest_subprocess("--lab=lab.yaml", "-p", "no:cacheprovider", "--report-dir=r")
+    result.assert_outcomes(**outcomes)
+    if "failed" in outcomes:
+        assert "test_2_a_point_right_after_it" in result.stdout.str().split("short test summary")[-1]

@@ -101,3 +101,26 @@ def test_a_host_whose_trouble_the_lab_allows_or_that_logged_none_is_not_a_proble
     )
     assert kernlog.trouble_problems(found, [re.compile("error recovery")]) == []
     assert found.to_dict()["vstor"] == ["not read: dmesg could not be read"]
+
+
+def test_lines_before_the_end_of_a_faults_aftermath_are_shown_but_not_judged(monkeypatch: pytest.MonkeyPatch) -> None:
+    host_now = unix("2026-12-02T23:32:15+00:00")
+    monkeypatch.setattr(kernlog.time, "time", lambda: host_now)
+    host = ScriptedHost("vnode1", lambda argv: f"{host_now:.6f}\n{DMESG}")
+    began = unix("2026-12-02T23:32:00+00:00")
+    found = kernlog.account({"vnode1": host}, began, judged_from_s=unix("2026-12-02T23:32:14+00:00"))
+    lines = found.lines["vnode1"]
+    assert lines[0].startswith("23:31:59.") or lines[0].startswith("23:32:0")
+    judged = found.trouble()["vnode1"]
+    assert judged and all(line >= "23:32:14" for line in judged)  # 23:32:01's error recovery: the aftermath
+    assert len(judged) < len([line for line in lines if kernlog.TROUBLE.search(line)])
+    assert found.to_dict()["vnode1"][-1] == lines[-1]  # shown all the same
+    assert (
+        kernlog.account({"vnode1": host}, began).trouble()["vnode1"][0]
+        == "23:32:01.317 nvme nvme0: starting error recovery"
+    )
+
+
+def test_an_alua_disks_own_transition_timeout_note_is_no_trouble() -> None:
+    note = "23:40:01.100 sd 2:0:0:0: alua: transition timeout set to 60 seconds"
+    assert kernlog.TROUBLE.search(note) and kernlog.Account({"vnode1": [note]}).trouble() == {}
