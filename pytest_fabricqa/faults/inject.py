@@ -1344,7 +1344,8 @@ def _sysfs_value(value: str) -> str:
 
 class PathTimeouts(_RecordedFault):
     """The path timeouts of an initiator's controllers and sessions of one fabric set for a failover case, then
-    set back: NVMe-oF ``fast_io_fail_tmo``, ``reconnect_delay`` and each path disk's ``queue/io_timeout``
+    set back: NVMe-oF ``fast_io_fail_tmo``, ``reconnect_delay``, ``ctrl_loss_tmo`` (always with
+    ``reconnect_delay``: the kernel keeps it as a count of reconnects) and each path disk's ``queue/io_timeout``
     (ms in sysfs), iSCSI's session ``recovery_tmo``. A change, not a fault, but it needs the same guarantee: the
     old values are recorded on the host before anything is written, and a killed run's are written back at the
     next start (:func:`restore_stale`), where the controller or session is still the same.
@@ -1400,6 +1401,14 @@ class PathTimeouts(_RecordedFault):
                     if key in self.nvme:
                         wanted[f"{base}/{attribute}"] = str(self.nvme[key])
                         old.append([f"{base}/{attribute}", _sysfs_value(entry[attribute]), *guard])
+                # The kernel keeps ctrl_loss_tmo as a number of reconnects (nvme_ctrl_loss_tmo_store:
+                # max_reconnects = DIV_ROUND_UP(ctrl_loss_tmo, reconnect_delay); shown as their product), so a new
+                # reconnect_delay alone changes the loss time (600 s at 10 s became 60 s at 1 s). Written after it,
+                # the lab's value or the one in force before, and set back after reconnect_delay is.
+                if "ctrl_loss_tmo_s" in self.nvme or "reconnect_delay_s" in self.nvme:
+                    loss = self.nvme.get("ctrl_loss_tmo_s", _sysfs_value(entry["ctrl_loss_tmo"]))
+                    wanted[f"{base}/ctrl_loss_tmo"] = str(loss)
+                    old.append([f"{base}/ctrl_loss_tmo", _sysfs_value(entry["ctrl_loss_tmo"]), *guard])
                 if "io_timeout_s" in self.nvme:
                     for key, value in entry.items():
                         if key.startswith("io_timeout:"):

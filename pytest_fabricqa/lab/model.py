@@ -587,6 +587,11 @@ class NvmeFailoverTimeouts(_Model):
     """``fast_io_fail_tmo``: how long after recovery started I/O fails instead of waiting for the path."""
     reconnect_delay_s: int | None = Field(None, ge=1, le=3600)
     """``reconnect_delay``: how often a controller that lost its path tries again."""
+    ctrl_loss_tmo_s: int | None = Field(None, ge=-1, le=86400)
+    """``ctrl_loss_tmo``: how long a controller that lost its path is kept (reconnecting) before it is removed; -1
+    for ever (queue-forever: with no path left, I/O waits). The kernel keeps it as a number of reconnects
+    (``ctrl_loss_tmo / reconnect_delay``), so a new ``reconnect_delay`` alone would change it: it is always written
+    after ``reconnect_delay`` -- this value, or (None) the loss time the controller had before the case."""
 
 
 class IscsiFailoverTimeouts(_Model):

@@ -748,3 +748,74 @@ def test_every_host_must_have_settled_before_the_fault_ends() -> None:
         {"vnode1": 200, "vnode2": 200},
     )  # fmt: skip
     assert late == {"vnode1": 0, "vnode2": 0} and held >= 5
+
+
+class KernelLossHost(TimeoutsHost):
+    """TimeoutsHost whose ctrl_loss_tmo behaves as Linux 6.1's (drivers/nvme/host/core.c, read in the upstream
+    source): the kernel keeps max_reconnects; ``ctrl_loss_tmo`` shows max_reconnects x reconnect_delay ("off" for
+    -1), a write of it sets max_reconnects = DIV_ROUND_UP(value, reconnect_delay) (-1 for a negative value), and a
+    write of reconnect_delay leaves max_reconnects as it was."""
+
+    def answer(self, argv: tuple[str, ...]) -> Answer:
+        if argv[:3] != ("sh", "-c", faults.TIMEOUTS_WRITE):
+            return super().answer(argv)
+        self.events.append(self.records())
+        words = list(argv[5:])
+        while len(words) >= 4:  # in order, as the script writes them
+            path, value, guard, wanted = words[:4]
+            del words[:4]
+            if path not in self.sysfs or self.sysfs.get(guard) != wanted:
+                continue
+            base = path.rsplit("/", 1)[0]
+            if path.endswith("/ctrl_loss_tmo"):
+                delay = int(self.sysfs[f"{base}/reconnect_delay"])
+                self.sysfs[f"{base}/max_reconnects"] = "-1" if int(value) < 0 else str(-(-int(value) // delay))
+            else:
+                self.sysfs[path] = {"-1": "off"}.get(value, value)
+            self._show()
+        return CLOCK + "\n"
+
+    def _show(self) -> None:
+        for key in [k for k in self.sysfs if k.endswith("/max_reconnects")]:
+            base = key.rsplit("/", 1)[0]
+            count = int(self.sysfs[key])
+            shown = "off" if count < 0 else str(count * int(self.sysfs[f"{base}/reconnect_delay"]))
+            self.sysfs[f"{base}/ctrl_loss_tmo"] = shown
+
+    def loss(self) -> dict[str, str]:
+        self._show()
+        return {k: v for k, v in self.sysfs.items() if k.endswith("/ctrl_loss_tmo")}
+
+
+def _kernel_host() -> KernelLossHost:
+    host = KernelLossHost(NVME_LISTING)
+    for key in [k for k in host.sysfs if k.endswith("/ctrl_loss_tmo")]:
+        base = key.rsplit("/", 1)[0]
+        shown, delay = host.sysfs[key], int(host.sysfs[f"{base}/reconnect_delay"])
+        host.sysfs[f"{base}/max_reconnects"] = "-1" if shown == "off" else str(int(shown) // delay)
+    return host
+
+
+def test_a_new_reconnect_delay_keeps_the_controllers_loss_time_the_kernel_would_have_cut() -> None:
+    host = _kernel_host()
+    ours = [k for k in host.loss() if host.sysfs[k.rsplit("/", 1)[0] + "/subsysnqn"] == NQN]
+    before = host.loss()
+    assert {before[k] for k in ours} == {"600"}  # the recorded connect's default, 60 reconnects 10 s apart
+    undo = UndoStack()
+    nvme_change(host).inject(undo)  # reconnect_delay 1, no ctrl_loss_tmo given
+    # Without the rewrite the kernel would show 60 (60 reconnects, 1 s apart): the controller's loss time is kept.
+    assert {host.loss()[k] for k in ours} == {"600"}
+    assert {host.sysfs[k.replace("ctrl_loss_tmo", "reconnect_delay")] for k in ours} == {"1"}
+    assert undo.unwind() == []
+    assert host.loss() == before and {host.sysfs[k.replace("ctrl_loss_tmo", "max_reconnects")] for k in ours} == {"60"}
+
+
+@pytest.mark.parametrize(("loss", "shown"), [(30, "30"), (-1, "off")])
+def test_the_labs_ctrl_loss_tmo_is_written_after_reconnect_delay_and_set_back(loss: int, shown: str) -> None:
+    host = _kernel_host()
+    before = host.loss()
+    undo = UndoStack()
+    faults.PathTimeouts(host, "fqa-vlab", (NQN,), nvme={"reconnect_delay_s": 1, "ctrl_loss_tmo_s": loss}).inject(undo)
+    ours = [k for k in host.loss() if host.sysfs[k.rsplit("/", 1)[0] + "/subsysnqn"] == NQN]
+    assert {host.loss()[k] for k in ours} == {shown}
+    assert undo.unwind() == [] and host.loss() == before
