@@ -22,8 +22,9 @@ logs its IOPS every 100 ms; paths go down on every initiator at once and come ba
   it is away, with no error. After an ANA or ALUA change nothing is disconnected, so the stall is the host's reaction
   alone; a port taken away costs the detection of a dead path (for iSCSI/iSER under dm-multipath, the nop-out
   timeouts and recovery_tmo, as for a path's link).
-- ``all-paths-down-brief``: every storage link of each initiator, for less than the path timeout. I/O must resume with no I/O error and no verify
-  error; the stall is gated by the lab's ``max_stall_s``.
+- ``all-paths-down-brief``: every storage link of each initiator, for less than the path timeout. I/O must stop
+  for at least half the outage (else the fault took nothing away: ``outage.TAKEN_SHARE``), then resume with no I/O
+  error and no verify error; the stall is gated by the lab's ``max_stall_s``.
 - ``all-paths-down-long``: for longer than the path timeout. I/O errors must be seen on every host (proof the
   measurement sees errors); afterwards every initiator reads its device again and writes and verifies a region.
 

@@ -316,6 +316,16 @@ def test_a_brief_outage_whose_stall_breaks_the_limit_fails() -> None:
     assert "the fault's stall 12.5 s is above the maximum of 10 s" in problem
 
 
+@pytest.mark.parametrize("stall_s", [0.0, 0.9])
+def test_a_brief_outage_whose_fault_stopped_no_io_fails_as_a_fault_that_did_not_happen(stall_s: float) -> None:
+    done = result(BRIEF, figures("vnode1", stall_s=2.4), figures("vnode2", stall_s=stall_s))
+    (problem,) = outage.outage_problems(done, LIMITS, ["vnode1", "vnode2"])
+    assert problem == (
+        f"vnode2, fault every storage link down 2 s: I/O stopped for {stall_s:g} s only, though every path was down "
+        "for 2 s: the fault did not take the paths away, so the case measured no outage"
+    )
+
+
 def test_a_brief_outage_after_which_io_never_resumed_fails() -> None:
     done = result(BRIEF, figures("vnode1", stall_s=5.0, first_io=False))
     problems = outage.outage_problems(done, LIMITS, ["vnode1"])
