@@ -597,6 +597,54 @@ def test_the_active_path_of_a_dm_multipath_map_is_the_disk_whose_session_complet
     assert outage.parse_active_path(out) == ("sda", "10.10.10.19")
 
 
+def test_a_path_counts_only_what_it_completed_without_error(tmp_path: Path) -> None:
+    """The full run of 2e6fa7a failed a one-path iSER case on 3 "completions" of the downed path: the commands its
+    iSCSI session failed at its recovery timeout, which the kernel counts in the disk's ``stat``. ACTIVE_PATH run for
+    real: a SCSI disk counts ``iodone_cnt - ioerr_cnt`` (sysfs's hex), so failed commands are not I/O it completed;
+    an NVMe path whose controller is not ``live`` at the sample's end counts nothing (its failed-over requests end
+    without error on it)."""
+    block, connections = tmp_path / "block", tmp_path / "iscsi_connection"
+    for disk, session, address in (("sda", 4, "10.10.10.19"), ("sdb", 5, "10.10.20.19")):
+        (block / "dm-0" / "slaves" / disk).mkdir(parents=True)
+        scsi = tmp_path / "devices" / f"session{session}" / "target0:0:0" / f"0:0:0:{session}"
+        scsi.mkdir(parents=True)
+        (scsi / "iodone_cnt").write_text("0x100\n")
+        (scsi / "ioerr_cnt").write_text("0x2\n")
+        (scsi / "state").write_text("running\n")
+        (block / disk).mkdir()
+        (block / disk / "device").symlink_to(scsi)
+        (block / disk / "stat").write_text(stat_line(100, 200))
+        (connections / f"connection{session}:0").mkdir(parents=True)
+        (connections / f"connection{session}:0" / "persistent_address").write_text(f"{address}\n")
+        (connections / f"connection{session}:0" / "persistent_port").write_text("3260\n")
+    argv = ["sh", "-c", outage.ACTIVE_PATH, "sh", str(block / "dm-0"), "2", str(block), str(connections)]
+    sampling = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    (block / "sda" / "stat").write_text(stat_line(103, 200))  # three failed at the recovery timeout
+    (tmp_path / "devices" / "session4" / "target0:0:0" / "0:0:0:4" / "iodone_cnt").write_text("0x103\n")
+    (tmp_path / "devices" / "session4" / "target0:0:0" / "0:0:0:4" / "ioerr_cnt").write_text("0x5\n")
+    (block / "sdb" / "stat").write_text(stat_line(150, 200))
+    (tmp_path / "devices" / "session5" / "target0:0:0" / "0:0:0:5" / "iodone_cnt").write_text("0x132\n")
+    out, _ = sampling.communicate(timeout=60)
+    assert outage.parse_path_counts(out) == {"10.10.10.19": 0, "10.10.20.19": 50}
+
+    nvme = tmp_path / "nvme"
+    for path, traddr in (("nvme1c0n1", "10.10.10.19"), ("nvme1c1n1", "10.10.20.19")):
+        (nvme / path / "device").mkdir(parents=True)
+        (nvme / path / "stat").write_text(stat_line(100, 200))
+        (nvme / path / "device" / "address").write_text(f"traddr={traddr},trsvcid=4420\n")
+        (nvme / path / "device" / "state").write_text("live\n")
+    (nvme / "nvme1n1").mkdir()
+    argv = ["sh", "-c", outage.ACTIVE_PATH, "sh", str(nvme / "nvme1n1"), "2", str(nvme)]
+    sampling = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    (nvme / "nvme1c0n1" / "stat").write_text(stat_line(112, 200))  # failed over as its controller reset
+    (nvme / "nvme1c0n1" / "device" / "state").write_text("connecting\n")
+    (nvme / "nvme1c1n1" / "stat").write_text(stat_line(140, 200))
+    out, _ = sampling.communicate(timeout=60)
+    assert outage.parse_path_counts(out) == {"10.10.10.19": 0, "10.10.20.19": 40}
+
+
 def test_the_one_path_outage_takes_down_the_port_of_the_active_path() -> None:
     class Host(ScriptedHost):
         def answer(self, argv: tuple[str, ...]) -> Answer:
