@@ -57,9 +57,16 @@ TROUBLE = re.compile(
 reset or reconnect, a lost connection, a path failed or reinstated by dm-multipath, a link down, a hung task, a
 kernel warning or trace, a target aborting or resetting. A connect's or a disconnect's own lines ("new ctrl",
 "Removing ctrl", an iSCSI login) are not, nor is what :data:`BENIGN` names."""
-BENIGN = re.compile(r"alua: transition timeout set to", re.IGNORECASE)
+BENIGN = re.compile(r"alua: transition timeout set to|WARNING: .* check_flush_dependency", re.IGNORECASE)
 """Lines :data:`TROUBLE` would match that say nothing is wrong: scsi_dh_alua's note of its own transition timeout,
-logged for every SCSI disk an ALUA target (LIO) shows, at each login."""
+logged for every SCSI disk an ALUA target (LIO) shows, at each login; and the workqueue lint's warning that a
+memory-reclaim workqueue flushed an ordinary one (``check_flush_dependency``, once per boot), which Debian 12's
+6.1 kernel logs when scsi_transport_iscsi unbinds a session at logout (``WQ_MEM_RECLAIM
+iscsi_ctrl_0:3:__iscsi_unbind_session ... is flushing !WQ_MEM_RECLAIM pm:pm_runtime_work``, CI of 4627b63, an
+SCST teardown on vnode1): a kernel's own bookkeeping at a clean logout, no I/O touched. A warning :data:`BENIGN`
+names excuses its own call trace (the ``Call Trace:`` line that follows it before another splat begins)."""
+SPLAT = re.compile(r"WARNING:|\bBUG\b|Oops|INFO: task|blocked for more than|soft lockup|hung_task", re.IGNORECASE)
+"""The first line of a kernel splat, whose ``Call Trace:`` follows it."""
 
 
 def storage_entries(text: str, since_s: float) -> list[tuple[float, str]]:
@@ -134,12 +141,15 @@ class Account:
         ``allow`` pattern."""
         found: dict[str, list[str]] = {}
         for host, lines in self.lines.items():
-            judged = lines[self.aftermath.get(host, 0) :]
-            bad = [
-                line
-                for line in judged
-                if TROUBLE.search(line) and not BENIGN.search(line) and not any(a.search(line) for a in allow)
-            ]
+            bad: list[str] = []
+            excused_trace = False
+            for line in lines[self.aftermath.get(host, 0) :]:
+                if SPLAT.search(line):
+                    excused_trace = BENIGN.search(line) is not None
+                if excused_trace and "Call Trace" in line:
+                    continue
+                if TROUBLE.search(line) and not BENIGN.search(line) and not any(a.search(line) for a in allow):
+                    bad.append(line)
             if bad:
                 found[host] = bad
         return found

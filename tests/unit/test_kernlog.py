@@ -124,3 +124,25 @@ def test_lines_before_the_end_of_a_faults_aftermath_are_shown_but_not_judged(mon
 def test_an_alua_disks_own_transition_timeout_note_is_no_trouble() -> None:
     note = "23:40:01.100 sd 2:0:0:0: alua: transition timeout set to 60 seconds"
     assert kernlog.TROUBLE.search(note) and kernlog.Account({"vnode1": [note]}).trouble() == {}
+
+
+UNBIND = (Path(__file__).parent.parent / "data" / "kernlog" / "vnode1-iscsi-unbind-warning.lines").read_text()
+
+
+def test_the_workqueue_lints_warning_at_an_iscsi_logout_is_no_trouble_nor_is_its_call_trace() -> None:
+    """CI of 4627b63 failed an SCST teardown case on this warning (the kernel's once-per-boot workqueue lint, as
+    scsi_transport_iscsi unbinds a session): a clean logout's bookkeeping, no I/O touched."""
+    lines = UNBIND.splitlines()
+    assert sum(1 for line in lines if kernlog.TROUBLE.search(line)) == 2  # the warning and its "Call Trace:"
+    assert kernlog.Account({"vnode1": lines}).trouble() == {}
+
+
+def test_another_warning_and_its_trace_stay_trouble_even_after_an_excused_one() -> None:
+    lines = UNBIND.splitlines()
+    other = [
+        "16:46:10.001 WARNING: CPU: 1 PID: 77 at drivers/nvme/host/core.c:512 nvme_change_ctrl_state+0x1/0x2",
+        "16:46:10.004 Call Trace:",
+    ]
+    assert kernlog.Account({"vnode1": lines + other}).trouble() == {"vnode1": other}
+    hung = ["16:46:20.000 INFO: task kworker/0:1:9 blocked for more than 120 seconds.", "16:46:20.010 Call Trace:"]
+    assert kernlog.Account({"vnode1": lines + hung}).trouble() == {"vnode1": hung}
