@@ -19,6 +19,7 @@ from pytest_fabricqa.lab.model import PROTOCOLS, LabError, LabModel, TargetModel
 
 if TYPE_CHECKING:
     from pytest_fabricqa.core.workloads import Workload
+    from pytest_fabricqa.fabric.floor import Floor
     from pytest_fabricqa.fabric.kernlog import Account
     from pytest_fabricqa.fabric.provision import Fabric
     from pytest_fabricqa.measure.point import MeasurePlan
@@ -37,7 +38,7 @@ FABRIC_USED_KEY = pytest.StashKey[bool]()
 WORKLOADS_KEY = pytest.StashKey["list[Workload]"]()
 MEASURE_KEY = pytest.StashKey["MeasurePlan"]()
 KERNEL_KEY: pytest.StashKey[Account] = pytest.StashKey()
-FAULT_ENDED_KEY = pytest.StashKey[float]()
+FLOOR_KEY: pytest.StashKey[Floor] = pytest.StashKey()
 REPORT_PLUGIN = "fabricqa-report"  # the name the session's ReportPlugin is registered under
 
 
@@ -410,13 +411,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     )
 
 
+def _floor(config: pytest.Config) -> Floor:
+    """The session's :class:`~pytest_fabricqa.fabric.floor.Floor`: shared by the xdist workers through the folder
+    their controller named (:mod:`pytest_fabricqa.plugin.groups`), this process's own otherwise."""
+    floor = config.stash.get(FLOOR_KEY, None)
+    if floor is None:
+        from pytest_fabricqa.fabric.floor import Floor
+        from pytest_fabricqa.plugin.groups import WORKERINPUT_KEY
+
+        folder = (getattr(config, "workerinput", None) or {}).get(WORKERINPUT_KEY)
+        config.stash[FLOOR_KEY] = floor = Floor(Path(folder) if folder else None)
+    return floor
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     """A case that puts load on the target is watched by the kernel (:mod:`pytest_fabricqa.fabric.kernlog`): when
     it ends, each lab host's storage lines since it began are read and kept with the case; a case that injected no
     fault (not a failover case) and passed fails when they show storage trouble the lab does not allow
     (``watch.kernel_allow``, the case's ``fabricqa_kernel_expects``). Lines within ``watch.fault_settle_s`` of the
-    last failover case's end are that fault's aftermath: kept, not judged."""
+    last failover case's end are that fault's aftermath: kept, not judged. Under xdist a failover case holds the
+    floor alone and every other such case shares it (:mod:`pytest_fabricqa.fabric.floor`): a fault on the shared
+    initiators is never under another worker's case."""
     watched = (
         SESSION_KEY in item.config.stash
         and item.get_closest_marker("loads_target") is not None
@@ -430,24 +446,26 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     from pytest_fabricqa.fabric import kernlog
     from pytest_fabricqa.plugin.reporting import amend_case
 
-    began = time.time()
     lab = item.config.stash[LAB_KEY]
     hosts = item.config.stash[SESSION_KEY].hosts
     faulted = item.get_closest_marker("fabricqa_failover") is not None
-    ended = item.config.stash.get(FAULT_ENDED_KEY, None)
-    settled = None if ended is None or lab is None else ended + lab.watch.fault_settle_s
-    try:
-        outcome = yield
-    except pytest.skip.Exception:
-        raise
-    except BaseException:
+    floor = _floor(item.config)
+    with floor.held(alone=faulted):
+        began = time.time()
+        ended = floor.last_fault_end()
+        settled = None if ended is None or lab is None else ended + lab.watch.fault_settle_s
+        try:
+            outcome = yield
+        except pytest.skip.Exception:
+            raise
+        except BaseException:
+            item.stash[KERNEL_KEY] = found = kernlog.account(hosts, began, judged_from_s=settled)
+            amend_case(item, extras={"kernel_log": found.to_dict()})
+            raise
+        finally:
+            if faulted:
+                floor.fault_ended(time.time())
         item.stash[KERNEL_KEY] = found = kernlog.account(hosts, began, judged_from_s=settled)
-        amend_case(item, extras={"kernel_log": found.to_dict()})
-        raise
-    finally:
-        if faulted:
-            item.config.stash[FAULT_ENDED_KEY] = time.time()
-    item.stash[KERNEL_KEY] = found = kernlog.account(hosts, began, judged_from_s=settled)
     problems: list[str] = []
     if not faulted:
         expected = [re.compile(p, re.IGNORECASE) for m in item.iter_markers("fabricqa_kernel_expects") for p in m.args]

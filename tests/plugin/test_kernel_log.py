@@ -181,3 +181,58 @@ def test_trouble_right_after_a_fault_case_is_its_aftermath_shown_not_judged(
     result.assert_outcomes(**outcomes)
     if "failed" in outcomes:
         assert "test_2_a_point_right_after_it" in result.stdout.str().split("short test summary")[-1]
+
+
+TWO_WORKERS = """
+import json
+import time
+
+import pytest
+
+
+def _stay(name, seconds):
+    began = time.time()
+    time.sleep(seconds)
+    with open(f"{name}.json", "w") as out:
+        json.dump([began, time.time()], out)
+
+
+@pytest.mark.xdist_group("lab-target-place-a")  # two target places: what the plugin's groups make of a lab with two
+@pytest.mark.loads_target
+@pytest.mark.fabricqa_failover
+def test_a_fault_case(lab_session):
+    _stay("fault", 3)
+
+
+@pytest.mark.xdist_group("lab-target-place-b")
+@pytest.mark.loads_target
+def test_a_point_of_another_place(lab_session):
+    _stay("point", 3)
+"""
+
+
+def test_under_xdist_a_fault_case_never_runs_beside_another_workers_case_and_its_end_is_theirs(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workers, one case each (of two target places, so of two xdist groups), both ready at once: each stays 3 s in its body, so without the floor they overlap
+    (the fault would be under the point, its lines in the point's kernel log); with it they take turns. The fake
+    dmesg's trouble line, stamped now, is judged by the point only if it ran first: after the fault case it is that
+    fault's aftermath, known across workers."""
+    bin_dir = pytester.path / "bin"
+    bin_dir.mkdir()
+    dmesg = bin_dir / "dmesg"
+    dmesg.write_text(DMESG)
+    dmesg.chmod(dmesg.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    (pytester.path / "lab.yaml").write_text(LAB)
+    pytester.makepyfile(test_cases=TWO_WORKERS)
+    result = pytester.runpytest_subprocess(
+        "--lab=lab.yaml", "-p", "no:cacheprovider", "--report-dir=r", "-n", "2", "--dist", "loadgroup"
+    )
+    fault = json.loads((pytester.path / "fault.json").read_text())
+    point = json.loads((pytester.path / "point.json").read_text())
+    assert fault[1] <= point[0] or point[1] <= fault[0], (fault, point)
+    if fault[1] <= point[0]:
+        result.assert_outcomes(passed=2)
+    else:
+        result.assert_outcomes(passed=1, failed=1)
