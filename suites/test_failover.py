@@ -212,7 +212,9 @@ def _outage_case(
                 },
                 "timeouts_applied": {"nvme": settings.nvme.model_dump(), "iscsi": settings.iscsi.model_dump()},
                 "series": result.series,  # IOPS over time per host and the fault window: the report's chart
-                "stall_rule": stall_rule(og.INTERVAL_MS),  # how the stall was measured, said in the report
+                # How the stall was measured, said in the report, and the load it was measured under.
+                "stall_rule": stall_rule(og.INTERVAL_MS, round(settings.fault_reach_s * 1000)),
+                "fault_io": {"rate_iops": settings.rate_iops, "settled_share": settings.settled_share},
             }
         },
     )  # fmt: skip

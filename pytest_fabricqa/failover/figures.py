@@ -22,6 +22,7 @@ from pytest_fabricqa.fio.model import FioResult
 from pytest_fabricqa.fio.stalls import HostSeries, Interval, Stall, stalls
 from pytest_fabricqa.fio.verify import parse_mismatches
 from pytest_fabricqa.lab.database import OracleSettings
+from pytest_fabricqa.lab.model import FailoverSettings
 from pytest_fabricqa.lab.thresholds import Thresholds, violations
 from pytest_fabricqa.report.model import Mismatch
 
@@ -29,11 +30,8 @@ RECOVERY_FRACTION = 0.9
 """Recovered: throughput back to this fraction of the pre-fault mean."""
 RECOVERY_HOLD_MS = 1000
 """Recovered means the mean over this long from the first completion on is back, not one busy interval."""
-FAULT_REACH_MS = 3000
-"""A stall that begins this long after a fault's start is still the fault's: I/O already on its way (socket
-buffers, a controller's queue) completes for a moment after a path is lost (120 ms in the recorded
-receiver-stopped run), and the fault's start is read just before its command, which takes up to ~1.5 s on an
-emulated guest."""
+FAULT_REACH_MS = round(FailoverSettings().fault_reach_s * 1000)
+"""The lab's default ``failover.fault_reach_s`` (:class:`~pytest_fabricqa.lab.model.FailoverSettings`), in ms."""
 FAULT_LEAD_INTERVALS = 2
 """A stall that begins up to this many of fio's log intervals before the fault's recorded start is still the
 fault's: the start is the host's time just after the break's command, and fio's log puts an interval's end where
@@ -43,9 +41,10 @@ PARITY_PCT = 10.0
 """The Windows HLK multiport rule: no path more than 10% slower than another (a lab's ``max_path_imbalance_pct``)."""
 
 
-def fault_stall(series: HostSeries, fault: Fault) -> Stall | None:
+def fault_stall(series: HostSeries, fault: Fault, reach_ms: int = FAULT_REACH_MS) -> Stall | None:
     """The stall the fault caused: the longest (the first of equals) that begins between
-    :data:`FAULT_LEAD_INTERVALS` intervals before the fault and :data:`FAULT_REACH_MS` after it, ends after the fault's start, and is longer than every stall the
+    :data:`FAULT_LEAD_INTERVALS` intervals before the fault and ``reach_ms`` after it (the lab's
+    ``failover.fault_reach_s``), ends after the fault's start, and is longer than every stall the
     host showed before the fault (its jitter: at a few I/Os per interval an interval without a completion happens,
     and the run's first moments are left out). None when the fault caused none: I/O moved at once.
 
@@ -57,7 +56,7 @@ def fault_stall(series: HostSeries, fault: Fault) -> Stall | None:
         (s.end_ms - s.start_ms for s in found if s.start_ms > series.start_ms and s.end_ms <= fault.start_ms),
         default=0,
     )
-    reach = fault.start_ms + FAULT_REACH_MS
+    reach = fault.start_ms + reach_ms
     caused = [
         s
         for s in found
@@ -68,21 +67,21 @@ def fault_stall(series: HostSeries, fault: Fault) -> Stall | None:
     return max(caused, key=lambda s: s.end_ms - s.start_ms) if caused else None
 
 
-def stall_rule(interval_ms: int) -> str:
+def stall_rule(interval_ms: int, reach_ms: int = FAULT_REACH_MS) -> str:
     """How the fault's stall is measured, and at what resolution, in words for the report (from the constants
     :func:`fault_stall` uses)."""
     return (
         f"The fault's stall is the longest time without a completed I/O that begins between "
-        f"{FAULT_LEAD_INTERVALS * interval_ms / 1000:g} s before the fault and {FAULT_REACH_MS / 1000:g} s after it "
+        f"{FAULT_LEAD_INTERVALS * interval_ms / 1000:g} s before the fault and {reach_ms / 1000:g} s after it "
         f"and is longer than every gap before the fault, read from fio's IOPS log in {interval_ms} ms intervals (up "
         f"to {2 * interval_ms / 1000:g} s short). The run's longest other gap is shown beside it and not gated; a gap "
         "before the fault longer than the stall limit fails the case as a lab that was not quiet."
     )
 
 
-def other_stall(series: HostSeries, fault: Fault) -> Stall | None:
+def other_stall(series: HostSeries, fault: Fault, reach_ms: int = FAULT_REACH_MS) -> Stall | None:
     """The run's longest gap that is not the fault's stall (the first of equals); None when there is none."""
-    own = fault_stall(series, fault)
+    own = fault_stall(series, fault, reach_ms)
     others = [s for s in stalls(series) if s != own]
     return max(others, key=lambda s: s.end_ms - s.start_ms) if others else None
 
@@ -104,18 +103,18 @@ def pre_fault_iops(series: HostSeries, fault: Fault) -> float | None:
     return sum(i.completions for i in before) * 1000.0 / span_ms if span_ms > 0 else None
 
 
-def _first_interval_after(series: HostSeries, fault: Fault) -> Interval | None:
+def _first_interval_after(series: HostSeries, fault: Fault, reach_ms: int) -> Interval | None:
     # After the fault's stall if it caused one (I/O already on its way may complete just after the fault, as the
     # recorded receiver-stopped run shows); without a stall, the first interval begun after the fault.
-    stall = fault_stall(series, fault)
+    stall = fault_stall(series, fault, reach_ms)
     after = stall.end_ms - series.interval_ms / 2 if stall is not None else fault.start_ms
     return next((i for i in series.intervals if i.start_ms >= after), None)
 
 
-def first_io_after(series: HostSeries, fault: Fault) -> float | None:
+def first_io_after(series: HostSeries, fault: Fault, reach_ms: int = FAULT_REACH_MS) -> float | None:
     """Seconds from the fault's start to the end of the first interval with completions after it (after the stall
     it caused, if any); None when no I/O completed after the fault within the run."""
-    first = _first_interval_after(series, fault)
+    first = _first_interval_after(series, fault, reach_ms)
     return None if first is None else (first.end_ms - fault.start_ms) / 1000.0
 
 
@@ -125,12 +124,13 @@ def recovery_after(
     *,
     fraction: float = RECOVERY_FRACTION,
     hold_ms: int = RECOVERY_HOLD_MS,
+    reach_ms: int = FAULT_REACH_MS,
 ) -> float | None:
     """Seconds from the fault's start until throughput is back to ``fraction`` of the pre-fault mean: the end of
     the first interval (from the first I/O after the fault on) from which the mean over ``hold_ms`` reaches it.
     None when it never does while ``hold_ms`` of the run is left, or there was no I/O before the fault."""
     before = pre_fault_iops(series, fault)
-    first = _first_interval_after(series, fault)
+    first = _first_interval_after(series, fault, reach_ms)
     if before is None or before <= 0 or first is None:
         return None
     wanted = fraction * before * hold_ms / 1000.0
@@ -238,20 +238,22 @@ def throughput_points(series: HostSeries, fault: Fault) -> dict[str, list[float]
                                                   round((fault.end_ms - origin) / 1000, 3)]}  # fmt: skip
 
 
-def measure(series: HostSeries, fault: Fault, errors: ErrorCounts | None = None) -> FailoverFigures:
+def measure(
+    series: HostSeries, fault: Fault, errors: ErrorCounts | None = None, *, reach_ms: int = FAULT_REACH_MS
+) -> FailoverFigures:
     """Every failover figure of one host for one fault: the stall is the fault's own (:func:`fault_stall`), the
     run's other gaps a figure of their own (:func:`other_stall`, :func:`quiet_before`)."""
     errors = errors or ErrorCounts(0, 0)
     return FailoverFigures(
         series.host,
         fault,
-        fault_stall(series, fault),
-        first_io_after(series, fault),
-        recovery_after(series, fault),
+        fault_stall(series, fault, reach_ms),
+        first_io_after(series, fault, reach_ms),
+        recovery_after(series, fault, reach_ms=reach_ms),
         pre_fault_iops(series, fault),
         errors.io_errors,
         errors.verify_errors,
-        other_stall(series, fault),
+        other_stall(series, fault, reach_ms),
         quiet_before(series, fault),
     )
 

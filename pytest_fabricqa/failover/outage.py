@@ -37,6 +37,7 @@ from typing import Any
 from pytest_fabricqa.core.cases import ANA, BRIEF, LONG, ONE_PATH, PORT, TARGET_OUTAGES
 from pytest_fabricqa.core.undo import UndoStack
 from pytest_fabricqa.failover.figures import (
+    FAULT_REACH_MS,
     FailoverFigures,
     count_errors,
     failover_violations,
@@ -60,11 +61,8 @@ from pytest_fabricqa.transport.fanout import each
 INTERVAL_MS = 100
 """fio's ``log_avg_msec``: the IOPS log's window, what a stall is measured in (failover.py)."""
 IODEPTH = 4
-RATE_IOPS = 50
-"""Per host: ~5 completions in every 100 ms window, so a window without one is a stall, and little enough load
-that the guest still answers the case's own commands. At 1,000 (a bound fio never reached: 80-100 IOPS flat out
-with verify under emulation) the guests' CPUs were saturated: a command took 2-4 s instead of 0.3, a 1 s sample
-of the active path 10-12 s, and a one-path-down case over nvme-tcp 80 s; at 50, 51 s (stall 5.9 s either way)."""
+RATE_IOPS = FailoverSettings().rate_iops
+"""The lab's default ``failover.rate_iops`` (:class:`~pytest_fabricqa.lab.model.FailoverSettings`: why 50)."""
 WORKDIR = "/tmp"
 RUNTIME_MARGIN_S = 60
 
@@ -218,10 +216,9 @@ samples in a row, on every host, saw the faulted path complete nothing and the r
 at its rate again, so the stall and the recovery are measured, and holding on measured nothing more (under emulation the
 ANA and nvmet port faults move the I/O in under a second, iSCSI's in ~15 s, against a 30 s hold: ~3 min of CI's
 main job). A fault that did not take the path away never settles and is held for ``one_path_down_s``."""
-SETTLED_SHARE = 0.6
-"""The share of the pre-fault sample's completions the remaining paths must reach: fio runs at a fixed rate, and
-2 s samples of it vary by a quarter under emulation (174-292 after a pre-fault 223, nvme-tcp on the lab,
-2026-12-03); the recovery figure itself is read from fio's log, not from these samples."""
+SETTLED_SHARE = FailoverSettings().settled_share
+"""The lab's default ``failover.settled_share``: the share of the pre-fault sample's completions the remaining
+paths must reach (the recovery figure itself is read from fio's log, not from these samples)."""
 LATE_CHECKED = (ONE_PATH, ANA, PORT)
 """The outages whose faulted path must be quiet at the end. Not ALUA: a disk whose target port is ALUA-unavailable
 (or standby) keeps being tried -- multipathd's checker reinstates it, each command is refused with NOT READY and
@@ -293,7 +290,9 @@ rm -rf "$d"
 """
 
 
-def fio_argv(host: str, device: str, region: Region, runtime_s: int, *, fio: str = "fio") -> list[str]:
+def fio_argv(
+    host: str, device: str, region: Region, runtime_s: int, *, fio: str = "fio", rate_iops: int | None = RATE_IOPS
+) -> list[str]:
     """fio writing ``region`` of ``device`` over and over for at most ``runtime_s`` seconds, each block verified soon
     after it was written (``verify_backlog``), going on after errors (so they are counted, not fatal), logging
     IOPS per :data:`INTERVAL_MS` on the Unix clock (the clock :func:`faults.fault_window` reads)."""
@@ -309,7 +308,7 @@ def fio_argv(host: str, device: str, region: Region, runtime_s: int, *, fio: str
         f"--offset={region.offset}",
         f"--size={region.size}",
         f"--iodepth={IODEPTH}",
-        f"--rate_iops={RATE_IOPS}",
+        *([f"--rate_iops={rate_iops}"] if rate_iops is not None else []),
         "--time_based=1",
         f"--runtime={runtime_s}",
         f"--verify={VERIFY}",
@@ -422,7 +421,9 @@ class OutageResult:
         return files
 
 
-def _figures(run: HostRun, fault: Fault) -> tuple[FailoverFigures | None, list[str], HostSeries | None]:
+def _figures(
+    run: HostRun, fault: Fault, reach_ms: int = FAULT_REACH_MS
+) -> tuple[FailoverFigures | None, list[str], HostSeries | None]:
     try:
         result = parse_fio_output(run.stdout, host=run.host)
     except FioOutputError:
@@ -431,7 +432,7 @@ def _figures(run: HostRun, fault: Fault) -> tuple[FailoverFigures | None, list[s
     runtime_ms = max((job.runtime_ms for job in result.jobs), default=0)
     errors = count_errors(result, run.logs.get("fio.err", "") + "\n" + run.stdout)
     series = series_of(run, runtime_ms)
-    return measure(series, fault, errors), [], series
+    return measure(series, fault, errors, reach_ms=reach_ms), [], series
 
 
 def _link_faults(lab: LabModel, host: Host, name_prefix: str) -> list[faults.LinkDown]:
@@ -516,7 +517,12 @@ def path_outage(
         links = {h.name: _link_faults(lab, h, name_prefix) for h in hosts}
         _settled(each(hosts, lambda h: _arm_all(links[h.name], undo)))  # checked and recorded before fio starts
     folders = _settled(
-        each(hosts, lambda h: start_fio(h, fio_argv(h.name, devices[h.name], regions[h.name], runtime_s), undo))
+        each(
+            hosts,
+            lambda h: start_fio(
+                h, fio_argv(h.name, devices[h.name], regions[h.name], runtime_s, rate_iops=settings.rate_iops), undo
+            ),
+        )
     )
     _settled(each(hosts, lambda h: wait_for_io(h, devices[h.name])))
     if outage == ONE_PATH:  # the path carrying the I/O is known only once it flows
@@ -548,7 +554,9 @@ def path_outage(
             down_s = _hold_until_fio_ends(hosts, folders, down_s)
             result.down_s = round(down_s, 1)
         elif outage == ONE_PATH:
-            result.late_ios, down_s, result.samples = _hold_counting(hosts, devices, result.faulted, down_s, before)
+            result.late_ios, down_s, result.samples = _hold_counting(
+                hosts, devices, result.faulted, down_s, before, settings.settled_share
+            )
             result.down_s = down_s
         else:
             time.sleep(down_s)
@@ -559,7 +567,7 @@ def path_outage(
         down = each(hosts, _clock, check=False)
         fired = _attempt(at_target.fire)
         result.late_ios, down_s, result.samples = _hold_counting(
-            hosts, devices, result.faulted, down_s, before if fired is None else None
+            hosts, devices, result.faulted, down_s, before if fired is None else None, settings.settled_share
         )
         result.down_s = down_s
         restored = _attempt(at_target.restore)
@@ -595,7 +603,7 @@ def path_outage(
         if isinstance(injected, BaseException) or isinstance(restored, BaseException):
             continue
         fault = faults.fault_window(label, injected, restored)
-        figures, problems, series = _figures(run, fault)
+        figures, problems, series = _figures(run, fault, round(settings.fault_reach_s * 1000))
         result.problems.extend(problems)
         if figures is not None:
             result.figures[host.name] = figures
@@ -614,6 +622,7 @@ def _hold_counting(
     faulted: Mapping[str, str],
     down_s: float,
     before: Mapping[str, int | None] | None = None,
+    share: float = SETTLED_SHARE,
 ) -> tuple[dict[str, int | None], float, dict[str, list[tuple[int, int] | None]]]:
     """Hold a fault for ``down_s`` seconds at the most, sampling each host's paths (:data:`LATE_SAMPLE_S` s each)
     from the start; returns, per host, the I/Os the path to ``faulted[host]`` completed in the last sample (None
@@ -629,7 +638,7 @@ def _hold_counting(
         counted = each(hosts, lambda h: path_counts(h, devices[h.name]), check=False)
         for name, counts in counted.items():
             trail[name].append(None if isinstance(counts, BaseException) else _split(counts, faulted[name]))
-        in_a_row = in_a_row + 1 if before is not None and _settled_sample(counted, faulted, before) else 0
+        in_a_row = in_a_row + 1 if before is not None and _settled_sample(counted, faulted, before, share) else 0
         if in_a_row >= SETTLED_SAMPLES:
             break
         if time.monotonic() - began + LATE_SAMPLE_S + LATE_MARGIN_S > down_s:
@@ -644,7 +653,12 @@ def _split(counts: Mapping[str, int], faulted: str) -> tuple[int, int]:
     return counts.get(faulted, 0), sum(n for address, n in counts.items() if address != faulted)
 
 
-def _settled_sample(counted: Mapping[str, Any], faulted: Mapping[str, str], before: Mapping[str, int | None]) -> bool:
+def _settled_sample(
+    counted: Mapping[str, Any],
+    faulted: Mapping[str, str],
+    before: Mapping[str, int | None],
+    share: float = SETTLED_SHARE,
+) -> bool:
     """Whether, on every host, the faulted path completed nothing in the sample and the others at least
     :data:`SETTLED_SHARE` of what all paths completed before the fault (a sample or a figure that could not be
     read settles nothing)."""
@@ -653,7 +667,7 @@ def _settled_sample(counted: Mapping[str, Any], faulted: Mapping[str, str], befo
         if isinstance(counts, BaseException) or not isinstance(rate, int) or rate <= 0:
             return False
         still, moved = _split(counts, faulted[name])
-        if still != 0 or moved < SETTLED_SHARE * rate:
+        if still != 0 or moved < share * rate:
             return False
     return True
 

@@ -641,6 +641,23 @@ class FailoverSettings(_Model):
     region_mb: int = Field(1, ge=1, le=1048576)
     """Each initiator's region (its own, at a distinct offset), written over and over while the case runs."""
     block_size: Literal["4k", "8k"] = "4k"
+    rate_iops: int | None = Field(50, ge=1, le=10_000_000)
+    """Each host's fio writes at most this many IOPS during a failover case; ``null``: as fast as the fabric takes
+    them. 50: ~5 completions in every 100 ms window of fio's log, so a window without one is a stall, and load light
+    enough that an emulated guest still answers the case's own commands (at 1,000 the virtual lab's guests were
+    saturated: a command took 2-4 s instead of 0.3 and a one-path case 80 s instead of 51). Capped, recovery equals
+    the first I/O: a surviving path that is slower than the lost one still carries the capped rate. Uncapped, such a
+    path shows as recovery later than the first I/O, or none (below the 90% of the pre-fault rate)."""
+    fault_reach_s: float = Field(3.0, ge=0, le=60)
+    """A stall that begins this long after a fault's start is still the fault's: I/O already on its way (socket
+    buffers, a controller's queue) completes for a moment after a path is lost (120 ms in a recorded run), and the
+    fault's start is read just before its command, which takes up to ~1.5 s on an emulated guest. A real lab whose
+    commands answer at once may set it lower, so a later, unrelated gap is not taken for the fault's."""
+    settled_share: float = Field(0.6, gt=0, le=1)
+    """A one-path or target-side fault ends early once the remaining paths complete at least this share of what
+    every path completed in a sample before the fault, two samples in a row: fio runs at a fixed rate and 2 s
+    samples of it vary by a quarter under emulation (174-292 after a pre-fault 223, nvme-tcp on the virtual lab,
+    2026-12-03). A lab whose surviving paths are known to be slower sets what they reach."""
     nvme: NvmeFailoverTimeouts = NvmeFailoverTimeouts()
     iscsi: IscsiFailoverTimeouts = IscsiFailoverTimeouts()
 

@@ -877,3 +877,41 @@ def test_the_labs_ctrl_loss_tmo_is_written_after_reconnect_delay_and_set_back(lo
     ours = [k for k in host.loss() if host.sysfs[k.rsplit("/", 1)[0] + "/subsysnqn"] == NQN]
     assert {host.loss()[k] for k in ours} == {shown}
     assert undo.unwind() == [] and host.loss() == before
+
+
+# -- the lab's own fault I/O, reach and settled share (issue 29, item 6) ----------------------------------------
+
+
+def test_fault_io_is_capped_at_the_labs_rate_or_not_at_all() -> None:
+    region = outage.Region(128 << 20, 1 << 20, 4096)
+    assert "--rate_iops=50" in outage.fio_argv("vnode2", "/dev/nvme1n1", region, 9)
+    assert "--rate_iops=400" in outage.fio_argv("vnode2", "/dev/nvme1n1", region, 9, rate_iops=400)
+    uncapped = outage.fio_argv("vnode2", "/dev/nvme1n1", region, 9, rate_iops=None)
+    assert not [a for a in uncapped if a.startswith("--rate_iops")]
+    assert FailoverSettings.model_validate({"rate_iops": None}).rate_iops is None
+    with pytest.raises(ValueError, match="settled_share"):
+        FailoverSettings.model_validate({"settled_share": 0})
+
+
+def test_a_gap_that_begins_beyond_the_labs_reach_is_not_the_faults_stall() -> None:
+    """The recorded port-down run with I/O removed from 2 s to 12 s after the fault: within the default 3 s reach
+    that gap is the fault's stall; a lab that sets 1 s (its commands answer at once) reads no stall of the fault."""
+    fault = recorded_fault("nvme-tcp-port-down-vnode1")
+    _, _, series = outage._figures(recorded_run("nvme-tcp-port-down-vnode1"), fault)
+    assert series is not None
+    late = HostSeries(
+        series.host, series.interval_ms,
+        tuple(i for i in series.intervals if not fault.start_ms + 2000 < i.end_ms <= fault.start_ms + 12000),
+        series.start_ms, series.end_ms,
+    )  # fmt: skip
+    stall = fault_stall(late, fault)
+    assert stall is not None and 9.5 <= stall.seconds <= 10.2
+    assert fault_stall(late, fault, reach_ms=1000) is None
+    assert measure(late, fault, reach_ms=1000).stall_s == 0
+
+
+@pytest.mark.parametrize(("share", "settles"), [(0.6, True), (0.8, False)])
+def test_the_labs_settled_share_decides_when_the_moved_io_is_back_to_its_rate(share: float, settles: bool) -> None:
+    host = samples((0, 130), pause_s=0.1)
+    _, held, _ = outage._hold_counting([host], DEVICES, FAULTED, 5, {"vnode1": 200}, share)
+    assert (held < 5) is settles
