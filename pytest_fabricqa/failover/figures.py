@@ -34,9 +34,10 @@ FAULT_REACH_MS = round(FailoverSettings().fault_reach_s * 1000)
 """The lab's default ``failover.fault_reach_s`` (:class:`~pytest_fabricqa.lab.model.FailoverSettings`), in ms."""
 FAULT_LEAD_INTERVALS = 2
 """A stall that begins up to this many of fio's log intervals before the fault's recorded start is still the
-fault's: the start is the host's time just after the break's command, and fio's log puts an interval's end where
-its helper thread woke. Recorded on the lab: every link down at once, the gap began 113 ms before the recorded start
-(tests/data/failover, the brief outage of nvme-tcp)."""
+fault's: fio's log puts an interval's end where its helper thread woke, so a gap shows up to an interval early. The
+start is the host's time just before the break's script (faults.STARTED); when it was the time just after, the gap
+began 113 ms before it on one recorded run (tests/data/failover, the brief outage of nvme-tcp) and 346 and 474 ms on
+another (the full run of 2e765a0, tc's three commands), outside this lead."""
 PARITY_PCT = 10.0
 """The Windows HLK multiport rule: no path more than 10% slower than another (a lab's ``max_path_imbalance_pct``)."""
 

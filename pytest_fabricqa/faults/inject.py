@@ -81,10 +81,16 @@ ANA_DEFAULT_GROUP = 1
 """The ANA group every nvmet port has from its creation (NVMET_DEFAULT_ANA_GRPID) and every namespace is in."""
 NVMET = "/sys/kernel/config/nvmet"
 CLOCK = "date +%s.%N"
+STARTED = 'echo "started $(' + CLOCK + ')"\n'
+"""Printed first by each script that breaks a path: the host's time before it changed anything, the fault's start.
+The time after the break is no start: on an emulated guest a break of several commands (tc's three) took 350-470 ms,
+and fio's last completion came that long before it (the full run of 2e765a0: a brief outage's stall was not the
+fault's, so the case said the fault had stopped no I/O)."""
 
 # Every script is fixed text; interface names, port IDs, NQNs, IQNs and portals travel as positional arguments.
-# Each ends by printing the host's clock: the moment the path changed, read in the same command.
-LINK_DOWN = 'ip link set dev "$1" down && ' + CLOCK
+# Each ends by printing the host's clock: the moment the path changed (or came back), read in the same command; one
+# that breaks a path also prints it first (STARTED).
+LINK_DOWN = STARTED + 'ip link set dev "$1" down && ' + CLOCK
 # The kernel drops a link's IPv6 addresses when it goes down (unless keep_addr_on_down): those the link had at
 # inject are added back if missing, or the path would stay broken with the link up.
 LINK_UP = (
@@ -100,7 +106,8 @@ for a; do ip -o addr show dev "$i" | grep -qF " $a " || ip addr add "$a" dev "$i
 # Every frame in and out of the link dropped, the link itself left up: tc's clsact qdisc, a matchall filter on each
 # side whose action is drop. The restore removes the qdisc (and with it both filters) if it is there.
 LINK_DROP = (
-    r"""
+    STARTED
+    + r"""
 set -e
 tc qdisc add dev "$1" clsact
 tc filter add dev "$1" ingress matchall action drop
@@ -140,7 +147,8 @@ if tc qdisc show dev "$1" | grep -q "^qdisc clsact "; then tc qdisc del dev "$1"
     + CLOCK
 )
 NVMET_UNLINK = (
-    r"""
+    STARTED
+    + r"""
 set -e
 p=/sys/kernel/config/nvmet/ports/$1
 shift
@@ -165,7 +173,7 @@ fi
     + CLOCK
 )
 ANA_READ = 'cat "/sys/kernel/config/nvmet/ports/$1/ana_groups/$2/ana_state"'
-ANA_WRITE = 'printf %s "$3" > "/sys/kernel/config/nvmet/ports/$1/ana_groups/$2/ana_state" && ' + CLOCK
+ANA_WRITE = STARTED + 'printf %s "$3" > "/sys/kernel/config/nvmet/ports/$1/ana_groups/$2/ana_state" && ' + CLOCK
 ANA_RESTORE = (
     r"""
 set -e
@@ -175,7 +183,8 @@ f=/sys/kernel/config/nvmet/ports/$1/ana_groups/$2/ana_state
     + CLOCK
 )
 LIO_NP_REMOVE = (
-    r"""
+    STARTED
+    + r"""
 set -e
 n=/sys/kernel/config/target/iscsi/$1/$2/np/$3
 [ ! -f "$n/iser" ] || [ "$(cat "$n/iser")" = 0 ] || echo 0 > "$n/iser"
@@ -197,7 +206,8 @@ fi
 # $1 the ALUA state's number, $2 the group, then each backstore ("hba/name") whose group it is.
 LIO_ALUA_READ = 'cat "/sys/kernel/config/target/core/$2/alua/$1/alua_access_state"'
 LIO_ALUA_WRITE = (
-    r"""
+    STARTED
+    + r"""
 set -e
 s=$1 g=$2
 shift 2
@@ -251,7 +261,8 @@ class FaultInjector(Protocol):
     key: str
 
     def inject(self, undo: UndoStack) -> float:
-        """Record the fault, push its restore on ``undo``, then break the path; the host's Unix time just after."""
+        """Record the fault, push its restore on ``undo``, then break the path; the host's Unix time as it broke
+        (:meth:`fire`)."""
         ...
 
     def arm(self, undo: UndoStack) -> None:
@@ -259,7 +270,7 @@ class FaultInjector(Protocol):
         ...
 
     def fire(self) -> float:
-        """Break the path (after :meth:`arm`); the host's Unix time just after."""
+        """Break the path (after :meth:`arm`); the host's Unix time as it broke: just before its break began."""
         ...
 
     def restore(self) -> float:
@@ -398,6 +409,19 @@ class _OtherLabsFault(FabricQAError):
         self.path, self.record = path, record
 
 
+def _started(result: CommandResult, what: str) -> float:
+    """The host's Unix time a break script printed before it changed anything (:data:`STARTED`); for one that prints
+    only the time after (SPDK's RPC), that."""
+    for line in result.stdout.splitlines():
+        words = line.split()
+        if len(words) == 2 and words[0] == "started":
+            try:
+                return float(words[1])
+            except ValueError:
+                break
+    return _clock(result, what)
+
+
 def _clock(result: CommandResult, what: str) -> float:
     """The host's Unix time that a fault command printed on its last line."""
     lines = result.stdout.strip().splitlines()
@@ -455,7 +479,7 @@ class _RecordedFault:
     # the life cycle
     def inject(self, undo: UndoStack) -> float:
         """Check the object is ours, register the restore, write the record, then break the path; the host's
-        Unix time (s) just after the path broke."""
+        Unix time (s) as it broke (:meth:`fire`)."""
         self.arm(undo)
         return self.fire()
 
@@ -514,9 +538,10 @@ class _RecordedFault:
                 ) from None
 
     def fire(self) -> float:
-        """Break the path (after :meth:`arm`); the host's Unix time (s) just after."""
+        """Break the path (after :meth:`arm`); the host's Unix time (s) just before the break began (just after it
+        where the break's script cannot say: :func:`_started`)."""
         try:
-            return _clock(self._inject(), f"inject '{self.name}'")
+            return _started(self._inject(), f"inject '{self.name}'")
         except CommandError as exc:
             raise FaultError(
                 self.host.name,

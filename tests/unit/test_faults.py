@@ -21,6 +21,7 @@ import pytest
 from fakes import Answer, ScriptedHost, answer_files
 from labfiles import as_recorded, vlab_kernel_text_as
 
+from pytest_fabricqa.core.commands import CommandResult
 from pytest_fabricqa.core.undo import UndoStack
 from pytest_fabricqa.fabric import provision
 from pytest_fabricqa.faults import inject as faults
@@ -836,3 +837,32 @@ def test_a_lock_a_killed_holder_left_is_broken_and_a_live_one_is_waited_for(tmp_
     with pytest.raises(faults.FaultError, match=r"stayed locked for 20 s"):
         faults.update_records(host, path, lambda f: None)
     assert lock.exists()  # not ours to remove
+
+
+def test_a_break_of_several_commands_starts_when_its_first_command_runs_not_when_the_last_ended(
+    tmp_path: Path,
+) -> None:
+    # The full run of 2e765a0: on an emulated guest tc's three commands took 350-470 ms, and with the time read after
+    # them a brief outage's stall began before the recorded start, outside the fault's lead, so the case said the
+    # fault had stopped no I/O. Here a tc that takes 0.2 s a command.
+    (tmp_path / "tc").write_text("#!/bin/sh\nsleep 0.2\n")
+    (tmp_path / "tc").chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["sh", "-c", faults.LINK_DROP, "sh", "eth1"], capture_output=True, text=True, check=True, env=env
+    )
+    result = CommandResult("vnode1", ("sh",), 0, done.stdout, done.stderr)
+    started, ended = faults._started(result, "inject"), faults._clock(result, "inject")
+    assert ended - started >= 0.5, done.stdout
+    # A break script that prints only the time after it (SPDK's RPC through TIMED) starts then.
+    assert faults._started(CommandResult("vstor", ("sh",), 0, '{"ok": true}\n\n1796505366.25\n', ""), "x") == (
+        1796505366.25
+    )
+
+
+@pytest.mark.parametrize(
+    "script",
+    ["LINK_DOWN", "LINK_DROP", "NVMET_UNLINK", "ANA_WRITE", "LIO_NP_REMOVE", "LIO_ALUA_WRITE"],
+)
+def test_every_script_that_breaks_a_path_prints_the_time_before_it_changes_anything(script: str) -> None:
+    assert getattr(faults, script).startswith(faults.STARTED)
