@@ -27,6 +27,9 @@ logs its IOPS every 100 ms; paths go down on every initiator at once and come ba
   error and no verify error; the stall is gated by the lab's ``max_stall_s``.
 - ``all-paths-down-long``: for longer than the path timeout. I/O errors must be seen on every host (proof the
   measurement sees errors); afterwards every initiator reads its device again and writes and verifies a region.
+  A lab whose hosts queue with no path left (``failover.long_outage: queue``, a valid RAC choice) gets the
+  opposite verdict: no I/O error, I/O stopped for the outage and resumed after it, then the same read and verify;
+  its NVMe controllers' timeouts in force are read first, and one that would fail I/O is named.
 
 Per host the case reports the fault's stall (the run's other gaps beside it), the first I/O and the recovery to 90% after the fault, the I/O and
 verify errors. The path timeouts the cases run with come from the lab's ``failover`` section and are set only
@@ -40,7 +43,7 @@ from typing import Any
 
 import pytest
 
-from pytest_fabricqa.core.cases import ALUA, ANA, BRIEF, LONG, ONE_PATH, OUTAGES, PORT
+from pytest_fabricqa.core.cases import ALUA, ANA, BRIEF, LONG, LONG_QUEUED, ONE_PATH, OUTAGES, PORT
 from pytest_fabricqa.core.protocols import protocol as protocol_spec
 from pytest_fabricqa.core.undo import UndoStack
 from pytest_fabricqa.fabric.provision import Fabric
@@ -196,7 +199,9 @@ def _outage_case(
         extras={
             "failover": {
                 "outage": outage,
-                "what": OUTAGES[outage],
+                "what": LONG_QUEUED if result.queued else OUTAGES[outage],
+                "long_outage": settings.long_outage if outage == LONG else None,
+                "timeouts_in_force": result.in_force,  # a queued long outage's NVMe controllers, before the fault
                 "down_s": result.down_s,
                 "wall_s": round(result.wall_s, 1),
                 "faults": {

@@ -18,6 +18,11 @@ OUTAGES: dict[str, str] = {
 """The failover suite's outages (issue 13, faults a to e) by name: the name is the case's last id part and its
 key in the lab's ``thresholds`` table (``thresholds."*".all-paths-down-brief: {max_stall_s: 10}``)."""
 BRIEF, LONG, ONE_PATH, ANA, PORT, ALUA = OUTAGES
+LONG_QUEUED = (
+    "every path down for longer than the path timeout on hosts that queue with no path left "
+    "(failover.long_outage: queue), then back: I/O waits, resumes and verifies, no error"
+)
+"""What the long outage is on a lab that chose queue-forever (its case keeps the long outage's name)."""
 TARGET_OUTAGES = (ANA, PORT, ALUA)
 """The outages made on the target (one port's state or the port itself), not on the initiators' links."""
 PARITY = "path-parity"

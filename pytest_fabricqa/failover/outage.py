@@ -16,8 +16,10 @@ What a suite calls (``suites/test_failover.py``); no pytest here:
   start).
 - :func:`outage_problems`: the verdict. The brief outage (shorter than the path timeout) must show no I/O or
   verify error and I/O after the fault; the long one (longer) must show I/O errors on every host, or the
-  measurement cannot see errors at all. Both are gated by the lab's limits for the outage's name
-  (:data:`failover.OUTAGES`).
+  measurement cannot see errors at all -- unless the lab's hosts queue with no path left
+  (``failover.long_outage: queue``): then, as for the brief one, no error, I/O stopped for the outage and resumed
+  after it (:func:`queue_gaps` first names an NVMe controller whose timeouts in force would fail I/O). All are
+  gated by the lab's limits for the outage's name (:data:`failover.OUTAGES`).
 - :func:`usable_after`: after the long outage, every initiator reads its device again within the lab's
   ``failover.recover_s``, and :func:`verified_after`: each writes and verifies its region again.
 
@@ -407,6 +409,10 @@ class OutageResult:
     must be back to for it to end early, :data:`SETTLED_SAMPLES`); None where not counted."""
     samples: dict[str, list[tuple[int, int] | None]] = field(default_factory=dict)
     """Per host: each sample of the hold, (the faulted path's I/Os, the other paths'); None where it failed."""
+    queued: bool = False
+    """A long outage on hosts the lab says queue with no path left (``failover.long_outage: queue``)."""
+    in_force: dict[str, Any] = field(default_factory=dict)
+    """Per host, for a queued long outage: the NVMe controllers' timeouts read just before the fault."""
 
     def raw_files(self) -> dict[str, str]:
         """``host/file`` -> text of every host's fio output, with each host's fault times (Unix ms) as
@@ -511,6 +517,15 @@ def path_outage(
         return dict(change.params.get("read", {}))
 
     result.timeouts = _settled(each(hosts, set_timeouts, check=False))
+    result.queued = outage == LONG and settings.long_outage == QUEUE
+    if result.queued and family == "nvme":
+        read = each(hosts, lambda h: faults.parse_timeouts(h.run(["sh", "-c", faults.TIMEOUTS_READ]).stdout))
+        for name, value in read.items():
+            if isinstance(value, BaseException):
+                result.problems.append(f"{name}: the timeouts in force could not be read: {value}")
+            else:
+                result.in_force[name] = value
+                result.problems.extend(queue_gaps(name, value, subsystems))
     links: dict[str, list[faults.LinkDown]] = {}
     at_target: faults.FaultInjector | None = None
     if outage in (BRIEF, LONG):
@@ -575,7 +590,7 @@ def path_outage(
         for what, failure in (("made", fired), ("undone", restored)):
             if failure is not None:
                 result.problems.append(f"{at_target.name} could not be {what}: {failure}")
-    if outage == BRIEF:
+    if outage == BRIEF or result.queued:
         # fio runs on until I/O flows again on every host (bounded), so a slow resume is measured as the stall it
         # is rather than cut off by fio's end: a fixed after_s once ended fio while iSER was still logging in
         # again after a brief outage, and the case could only say "I/O did not resume".
@@ -707,6 +722,28 @@ def _settled(results: Mapping[str, Any]) -> dict[str, Any]:
     return dict(results)
 
 
+QUEUE = "queue"
+"""``failover.long_outage`` of a lab whose hosts queue I/O with no path left."""
+
+
+def queue_gaps(host: str, read: Mapping[str, Mapping[str, Any]], subsystems: Sequence[str]) -> list[str]:
+    """One sentence per NVMe-oF controller of ``subsystems`` in ``read`` (:func:`faults.parse_timeouts`) whose
+    timeouts in force fail I/O with no path left: ``fast_io_fail_tmo`` (the kernel's multipath then gives the
+    controller up as a path, 6.1's ``nvme_available_path``) or ``ctrl_loss_tmo`` not ``off``."""
+    gaps = []
+    for name, entry in sorted(read.items()):
+        if entry.get("kind") != "nvme" or entry.get("subsystem") not in subsystems:
+            continue
+        for attribute in ("fast_io_fail_tmo", "ctrl_loss_tmo"):
+            value = entry.get(attribute)
+            if value != "off":
+                gaps.append(
+                    f"{host}: {name} has {attribute} {value} s in force, so it fails I/O with no path left instead "
+                    f"of queueing as the lab's failover.long_outage: queue says (set failover.nvme.{attribute}_s: -1)"
+                )
+    return gaps
+
+
 def outage_problems(
     result: OutageResult,
     limits: Thresholds,
@@ -719,9 +756,14 @@ def outage_problems(
     Brief outage: no I/O error and no verify error (whatever the lab's limits say: an outage shorter than the
     path timeout must cost none), I/O after the fault, and the lab's limits (``max_stall_s``, ...). Long outage:
     I/O errors seen on every host (else the measurement cannot see errors); the lab's limits but for the error
-    counts and the stall, which the outage is there to cause."""
+    counts and the stall, which the outage is there to cause. A long outage on hosts that queue
+    (:attr:`OutageResult.queued`): no I/O error and no verify error, I/O stopped for the outage and resumed after
+    it; the lab's limits but for the stall, the first I/O and the recovery, which last as long as the outage."""
     problems = list(result.problems)
-    if result.outage in (BRIEF, ONE_PATH, *TARGET_OUTAGES):
+    if result.queued:
+        queued = {"max_io_errors": None, "max_verify_errors": 0.0, "max_stall_s": None}
+        limits = limits.model_copy(update={**queued, "max_first_io_s": None, "max_recovery_s": None})
+    elif result.outage in (BRIEF, ONE_PATH, *TARGET_OUTAGES):
         limits = limits.model_copy(update={"max_io_errors": 0.0, "max_verify_errors": 0.0})
     elif result.outage == LONG:
         lifted = {"max_io_errors": None, "max_verify_errors": None, "max_stall_s": None}
@@ -736,9 +778,16 @@ def outage_problems(
         label = f"{host}, fault {figures.fault.name}"
         if figures.pre_fault_iops is None:
             problems.append(f"{label}: no I/O completed before the fault, so nothing was measured")
-        if result.outage == BRIEF and figures.first_io_s is None:
+        resumes = result.outage == BRIEF or result.queued
+        if resumes and figures.first_io_s is None:
             problems.append(f"{label}: I/O did not resume after the links came back (no I/O completed after it)")
-        if result.outage == BRIEF and figures.stall_s < TAKEN_SHARE * result.down_s:
+        if result.queued and figures.io_errors:
+            problems.append(
+                f"{label}: {figures.io_errors} I/O error(s) although the lab's hosts queue with no path left "
+                "(failover.long_outage: queue): a path timeout failed the I/O (NVMe fast_io_fail_tmo or "
+                "ctrl_loss_tmo, dm-multipath's no_path_retry, or a session's recovery_tmo without dm-multipath)"
+            )
+        if resumes and figures.stall_s < TAKEN_SHARE * result.down_s:
             problems.append(
                 f"{label}: I/O stopped for {figures.stall_s:g} s only, though every path was down for "
                 f"{result.down_s:g} s: the fault did not take the paths away, so the case measured no outage"
@@ -761,7 +810,7 @@ def outage_problems(
                     f"{label}: {to} still completed {late} I/Os in the fault's last {LATE_SAMPLE_S} s: the fault did "
                     "not take the path away, so the case measured no failover"
                 )
-        if result.outage == LONG and figures.io_errors == 0:
+        if result.outage == LONG and not result.queued and figures.io_errors == 0:
             problems.append(
                 f"{label}: no I/O error was seen although every path was down for {result.down_s:g} s, longer than "
                 "the path timeout: the timeout did not apply or the measurement cannot see errors"

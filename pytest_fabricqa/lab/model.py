@@ -583,8 +583,9 @@ class NvmeFailoverTimeouts(_Model):
     io_timeout_s: int | None = Field(None, ge=1, le=3600)
     """``/sys/block/<path disk>/queue/io_timeout`` of each controller's path (nvme0c0n1): how long an I/O waits
     before the host starts error recovery. With the keep-alive this is how soon a dead path is noticed."""
-    fast_io_fail_tmo_s: int | None = Field(None, ge=0, le=3600)
-    """``fast_io_fail_tmo``: how long after recovery started I/O fails instead of waiting for the path."""
+    fast_io_fail_tmo_s: int | None = Field(None, ge=-1, le=3600)
+    """``fast_io_fail_tmo``: how long after recovery started I/O fails instead of waiting for the path; -1 never
+    (the kernel shows ``off``): I/O waits for the controller until ``ctrl_loss_tmo``."""
     reconnect_delay_s: int | None = Field(None, ge=1, le=3600)
     """``reconnect_delay``: how often a controller that lost its path tries again."""
     ctrl_loss_tmo_s: int | None = Field(None, ge=-1, le=86400)
@@ -658,6 +659,13 @@ class FailoverSettings(_Model):
     every path completed in a sample before the fault, two samples in a row: fio runs at a fixed rate and 2 s
     samples of it vary by a quarter under emulation (174-292 after a pre-fault 223, nvme-tcp on the virtual lab,
     2026-12-03). A lab whose surviving paths are known to be slower sets what they reach."""
+    long_outage: Literal["fail-fast", "queue"] = "fail-fast"
+    """What the hosts do with every path gone for long, the lab's choice (both are valid for RAC):
+    ``fail-fast``, I/O fails once the path timeout ran out, so the long outage must show I/O errors on every host;
+    ``queue`` (queue-forever: NVMe ``fast_io_fail_tmo`` and ``ctrl_loss_tmo`` off, dm-multipath
+    ``no_path_retry queue``), I/O waits for a path, so it must show no error, resume after the restore and verify.
+    For ``queue`` the NVMe controllers' values in force are read before the fault; dm-multipath's are the lab's
+    ``multipath.dm_conf``."""
     nvme: NvmeFailoverTimeouts = NvmeFailoverTimeouts()
     iscsi: IscsiFailoverTimeouts = IscsiFailoverTimeouts()
 
@@ -667,6 +675,14 @@ class FailoverSettings(_Model):
             raise ValueError(
                 f"brief_down_s ({self.brief_down_s:g}) must be shorter than long_down_s ({self.long_down_s:g})"
             )
+        if self.long_outage == "queue":
+            for key in ("fast_io_fail_tmo_s", "ctrl_loss_tmo_s"):
+                value = getattr(self.nvme, key)
+                if value not in (None, -1):
+                    raise ValueError(
+                        f"long_outage queue waits for a path for ever, but nvme.{key} is {value}: set it to -1 "
+                        "(off) or leave it out, or set long_outage: fail-fast"
+                    )
         return self
 
 

@@ -343,6 +343,72 @@ def test_a_long_outage_in_which_a_host_saw_no_error_fails() -> None:
     assert problem.startswith("vnode2, fault every storage link down 2 s: no I/O error was seen")
 
 
+def queued(*hosts: FailoverFigures) -> outage.OutageResult:
+    done = result(LONG, *hosts)
+    done.queued = True
+    return done
+
+
+def test_a_queued_long_outage_without_errors_that_resumed_passes_whatever_the_stall() -> None:
+    # Queue-forever (issue 29, item 5): the I/O waits out the whole outage, so the stall is the outage's length;
+    # the lab's stall, first-I/O and recovery limits are for faults the fabric should ride through.
+    done = queued(figures("vnode1", stall_s=16.5), figures("vnode2", stall_s=17.2))
+    limits = Thresholds(max_stall_s=10, max_first_io_s=10, max_recovery_s=12)
+    assert outage.outage_problems(done, limits, ["vnode1", "vnode2"]) == []
+
+
+def test_a_queued_long_outage_with_an_io_error_fails_naming_what_failed_it() -> None:
+    done = queued(figures("vnode1", stall_s=16.5), figures("vnode2", stall_s=13.0, io_errors=12))
+    (problem,) = outage.outage_problems(done, Thresholds(max_io_errors=100), ["vnode1", "vnode2"])
+    assert problem.startswith(
+        "vnode2, fault every storage link down 2 s: 12 I/O error(s) although the lab's hosts queue with no path left"
+    )
+
+
+def test_a_queued_long_outage_after_which_io_never_resumed_fails() -> None:
+    done = queued(figures("vnode1", stall_s=16.5, first_io=False))
+    problems = outage.outage_problems(done, LIMITS, ["vnode1"])
+    assert any("I/O did not resume after the links came back" in p for p in problems), problems
+
+
+def test_a_queued_long_outage_whose_fault_stopped_no_io_fails_as_a_fault_that_did_not_happen() -> None:
+    (problem,) = outage.outage_problems(queued(figures("vnode1", stall_s=1.0)), LIMITS, ["vnode1"])
+    assert "I/O stopped for 1 s only, though every path was down for 16 s" in problem
+
+
+def test_a_queued_long_outage_with_a_verify_error_fails() -> None:
+    (problem,) = outage.outage_problems(
+        queued(figures("vnode1", stall_s=16.5, verify_errors=2)), Thresholds(max_verify_errors=5), ["vnode1"]
+    )
+    assert "2 verify errors is above the maximum of 0" in problem
+
+
+def test_a_controller_that_would_fail_io_with_no_path_left_is_named_for_a_queued_long_outage() -> None:
+    # As the virtual lab's vnode1 reads them (tests/data/failover/timeouts-nvme-tcp.txt's format): the connect's
+    # fast_io_fail_tmo off and ctrl_loss_tmo 600 s; another fabric's controller is not this case's.
+    read = faults.parse_timeouts(
+        "nvme nvme0 nqn.2026-11.io.fabricqa:vlab-ram0 transport=tcp state=live fast_io_fail_tmo=off "
+        "reconnect_delay=1 ctrl_loss_tmo=600 kato=60 io_timeout:nvme0c0n1=5000\n"
+        "nvme nvme1 nqn.2026-11.io.fabricqa:vlab-ram0 transport=tcp state=live fast_io_fail_tmo=off "
+        "reconnect_delay=1 ctrl_loss_tmo=off kato=60 io_timeout:nvme1c1n1=5000\n"
+        "nvme nvme2 nqn.2026-11.io.other:theirs transport=tcp state=live fast_io_fail_tmo=8 "
+        "reconnect_delay=1 ctrl_loss_tmo=60 kato=60 io_timeout:nvme2c2n1=5000\n"
+    )
+    assert outage.queue_gaps("vnode1", read, ["nqn.2026-11.io.fabricqa:vlab-ram0"]) == [
+        "vnode1: nvme0 has ctrl_loss_tmo 600 s in force, so it fails I/O with no path left instead of queueing as "
+        "the lab's failover.long_outage: queue says (set failover.nvme.ctrl_loss_tmo_s: -1)"
+    ]
+    read["nvme0"]["ctrl_loss_tmo"] = "off"
+    assert outage.queue_gaps("vnode1", read, ["nqn.2026-11.io.fabricqa:vlab-ram0"]) == []
+
+
+@pytest.mark.parametrize("key", ["fast_io_fail_tmo_s", "ctrl_loss_tmo_s"])
+def test_a_queued_long_outage_with_a_timeout_that_fails_io_is_refused_in_the_lab_file(key: str) -> None:
+    with pytest.raises(ValueError, match=rf"long_outage queue waits for a path for ever, but nvme.{key} is 8"):
+        FailoverSettings(long_outage="queue", nvme={key: 8})
+    assert FailoverSettings(long_outage="queue", nvme={key: -1}).nvme.model_dump()[key] == -1
+
+
 def test_a_host_without_figures_fails_the_case() -> None:
     done = result(BRIEF, figures("vnode1", stall_s=2))
     assert outage.outage_problems(done, LIMITS, ["vnode1", "vnode2"]) == [
