@@ -1,0 +1,154 @@
+"""Write generations (issue 30, item 1) on a file with the real fio: what fio's pattern writes, that its read-back
+fails on a block of an earlier write (which crc32c's verify_only passes), and what :func:`classify` names."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pytest_fabricqa.fio import generation as gen
+
+BS = 8192
+SIZE = 16 * BS
+needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
+
+
+def fio(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["fio", "--name=g", f"--filename={path}", f"--size={SIZE}", f"--bs={BS}", "--rw=write", "--ioengine=psync",
+         "--continue_on_error=verify", *args],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+
+def write(path: Path, written: gen.Written) -> None:
+    done = fio(path, "--verify=pattern", f"--verify_pattern={gen.pattern(written.generation)}", "--do_verify=0")
+    assert done.returncode == 0, done.stderr
+
+
+def failed_offsets(path: Path, written: gen.Written) -> list[int]:
+    done = fio(path, "--verify=pattern", f"--verify_pattern={gen.pattern(written.generation)}", "--verify_only=1")
+    text = done.stdout + done.stderr
+    return [
+        int(m)
+        for m in re.findall(r"verify failed at file \S+ offset \d+, length \d+ \(requested block: offset=(\d+)", text)
+    ]
+
+
+def block(path: Path, offset: int) -> bytes:
+    with path.open("rb") as f:
+        f.seek(offset)
+        return f.read(BS)
+
+
+def put(path: Path, offset: int, data: bytes) -> None:
+    with path.open("r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def test_the_pattern_is_the_generation_then_the_block_offset_repeated() -> None:
+    assert gen.pattern(0x12345678) == "0x12345678%o"
+    # As fio 3.33 wrote 0x12345678%o at offset 8192 of a file (xxd): 1234 5678 0020 0000 0000 0000, again and again.
+    assert gen.expected_block(0x12345678, 8192, 24) == bytes.fromhex("123456780020000000000000") * 2
+    with pytest.raises(ValueError, match="32-bit"):
+        gen.pattern(1 << 32)
+
+
+def test_generations_are_unique_in_a_run_and_count_each_regions_writes() -> None:
+    run = gen.Generations(run_tag=0x3A7F)
+    first, other, second = run.new("vnode1", 0), run.new("vnode2", SIZE), run.new("vnode2", 0)
+    assert len({first.generation, other.generation, second.generation}) == 3
+    assert (first.number, other.number, second.number) == (1, 1, 2)
+    assert first.generation >> 16 == 0x3A7F
+
+
+@needs_fio
+def test_fio_writes_what_expected_block_says(tmp_path: Path) -> None:
+    path = tmp_path / "disk"
+    written = gen.Generations().new("vnode1", 0)
+    write(path, written)
+    for offset in (0, BS, SIZE - BS):
+        assert block(path, offset) == gen.expected_block(written.generation, offset, BS)
+    assert failed_offsets(path, written) == []
+
+
+@needs_fio
+def test_a_block_of_an_earlier_write_fails_the_read_back_and_is_named_a_lost_write(tmp_path: Path) -> None:
+    path = tmp_path / "disk"
+    run = gen.Generations()
+    earlier, later = run.new("vnode1", 0), run.new("vnode2", 0)
+    write(path, earlier)
+    stale = block(path, 5 * BS)
+    write(path, later)
+    put(path, 5 * BS, stale)  # what a target that lost the later write, or served a stale copy, returns
+    assert failed_offsets(path, later) == [5 * BS]
+    found = gen.classify(block(path, 5 * BS), expected=later, offset=5 * BS, written=run.written, where="vnode1 /dev/x")
+    assert found is not None and found.kind == "earlier-write"
+    assert found.text == (
+        f"vnode1 /dev/x: the block at offset {5 * BS} holds vnode1's write 1 of the region at 0 (generation "
+        f"0x{earlier.generation:08x}), not the later vnode2's write 2 of the region at 0 (generation "
+        f"0x{later.generation:08x}): a lost write or a stale read"
+    )
+
+
+@needs_fio
+def test_a_block_written_to_another_offset_is_named_a_misdirected_write(tmp_path: Path) -> None:
+    path = tmp_path / "disk"
+    run = gen.Generations()
+    written = run.new("vnode1", 0)
+    write(path, written)
+    put(path, 9 * BS, block(path, 3 * BS))
+    assert failed_offsets(path, written) == [9 * BS]
+    found = gen.classify(
+        block(path, 9 * BS), expected=written, offset=9 * BS, written=run.written, where="vnode1 /dev/x"
+    )
+    assert found is not None and found.kind == "misdirected"
+    assert f"holds the block written for offset {3 * BS} (vnode1's write 1" in found.text
+
+
+@needs_fio
+def test_a_flipped_bit_fails_the_read_back_and_is_named_with_where_it_is(tmp_path: Path) -> None:
+    path = tmp_path / "disk"
+    run = gen.Generations()
+    written = run.new("vnode1", 0)
+    write(path, written)
+    data = bytearray(block(path, 2 * BS))
+    data[100] ^= 0x04
+    put(path, 2 * BS, bytes(data))
+    assert failed_offsets(path, written) == [2 * BS]
+    found = gen.classify(bytes(data), expected=written, offset=2 * BS, written=run.written, where="vnode1 /dev/x")
+    assert found is not None and found.kind == "corrupt"
+    assert "in 1 bit(s) of 1 byte(s), the first at byte 100 of the block" in found.text
+
+
+@needs_fio
+def test_a_block_of_an_earlier_write_passes_fios_crc32c_verify_only_which_is_why_generations_exist(
+    tmp_path: Path,
+) -> None:
+    # What the issue found, kept as a fact: crc32c checks a block against itself, and verify_only takes the seed
+    # its header carries, so an earlier write's block (another randseed, other bytes) reads back clean.
+    path = tmp_path / "disk"
+    crc = ("--verify=crc32c",)
+    assert fio(path, *crc, "--randseed=11", "--do_verify=0").returncode == 0
+    stale = block(path, 5 * BS)
+    assert fio(path, *crc, "--randseed=22", "--do_verify=0").returncode == 0
+    assert block(path, 5 * BS) != stale
+    put(path, 5 * BS, stale)
+    done = fio(path, *crc, "--randseed=22", "--verify_only=1")
+    assert "verify failed" not in done.stdout + done.stderr and "bad header" not in done.stdout + done.stderr
+
+
+def test_a_block_of_a_generation_this_run_never_wrote_is_named_so() -> None:
+    run = gen.Generations(run_tag=1)
+    written = run.new("vnode1", 0)
+    foreign = gen.expected_block(0xDEADBEEF, BS, BS)
+    found = gen.classify(foreign, expected=written, offset=BS, written=run.written, where="vnode1 /dev/x")
+    assert found is not None and found.kind == "unknown-write"
+    assert "generation 0xdeadbeef, which this run never wrote" in found.text
+    assert gen.classify(gen.expected_block(written.generation, BS, BS), expected=written, offset=BS,
+                        written=run.written, where="x") is None  # fmt: skip
