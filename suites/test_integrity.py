@@ -1,11 +1,13 @@
 """Data integrity and the shared disk: what one initiator writes, every initiator reads back, byte for byte.
 
 Per protocol, on the devices the lab marks ``writable`` and only after the data-safety guard passed: a region
-written with fio's verifiable pattern (``verify=crc32c``, headers, ``verify_backlog``) read back on the same
-host; written on one initiator and read on every other (the RAC shared-disk view, both directions); every
+written with content unique to that write (fio's ``verify=pattern``: the write's generation and each block's
+offset, ``pytest_fabricqa.fio.generation``; ``verify_backlog``) read back on the same host; written on one initiator and read on every other (the RAC shared-disk view, both directions); every
 initiator writing its own region at the same time and each reading back all of them; the data still there after
 the fabric was disconnected and connected again. Block sizes 4 KiB, 8 KiB (the database block) and 1 MiB. A
-mismatch names the host, the device, the offset and what was expected.
+mismatch names the host, the device, the offset and what was expected, and the block, read again, says what it
+holds instead: an earlier write of it (a lost write or a stale read), the block written for another offset (a
+misdirected write), or flipped bits.
 
 ``test_verify_detects_corruption`` proves the verify can fail: it zeroes 4 KiB of a written block directly on the
 target's backing device (one the lab marks ``corruptible``) and passes only when the verify names that block.

@@ -84,22 +84,20 @@ class Generations:
 @dataclass(frozen=True)
 class Finding:
     """What a block that failed the read-back holds: ``kind`` one of ``earlier-write``, ``misdirected``,
-    ``unknown-write``, ``corrupt``, and one sentence naming the block and what it holds."""
+    ``unknown-write``, ``corrupt``, and a sentence saying what it holds (``it holds ...``)."""
 
     kind: str
     text: str
 
 
-def classify(
-    block: bytes, *, expected: Written, offset: int, written: Mapping[int, Written], where: str
-) -> Finding | None:
+def classify(block: bytes, *, expected: Written, offset: int, written: Mapping[int, Written]) -> Finding | None:
     """What ``block``, read at ``offset`` where ``expected`` was the last write, holds instead (None: what was
-    written). ``written``: every write of the run by generation; ``where``: host and device, for the sentence."""
+    written), as a sentence about the block (``it holds ...``). ``written``: every write of the run by generation."""
     bs = len(block)
     want = expected_block(expected.generation, offset, bs)
     if block == want:
         return None
-    at = f"{where}: the block at offset {offset}"
+    at = "it"
     if bs >= UNIT:
         generation = struct.unpack(">I", block[:4])[0]
         held = struct.unpack("<Q", block[4:UNIT])[0]

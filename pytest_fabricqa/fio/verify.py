@@ -16,14 +16,21 @@ Facts of fio 3.33 found while recording ``tests/data/fio/verify`` shape this mod
   ``total_err``.
 - fio names a bad block by the start of its verify interval (the block), not by the corrupted byte.
 - fio saves a verify state file in its working folder on exit unless ``verify_state_save=0``.
+- ``crc32c`` checks a block against itself only: a block of an earlier write of the same offset reads back clean
+  (:mod:`pytest_fabricqa.fio.generation`). Given each region's generation, a run writes and checks that generation's
+  pattern instead (``verify=pattern``), and every block that fails is read from the device and said what it holds.
+- With ``verify=pattern`` fio 3.33 prints the failed block's offset as its length too (``offset 40960, length
+  40960``); the length is read from ``(requested block: offset=..., length=...)``.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from pytest_fabricqa.fio import generation
 from pytest_fabricqa.fio.model import FioResult
 from pytest_fabricqa.fio.parse import FioOutputError, fio_messages, parse_fio_output
 from pytest_fabricqa.report.model import Mismatch
@@ -50,6 +57,13 @@ BOUND_EXITS = (124, 137)
 _FAILED = re.compile(
     r"^(?P<what>[A-Za-z0-9_]+: .*?)\s*at file (?P<file>\S+) offset (?P<offset>\d+), length (?P<length>\d+)"
 )
+_REQUESTED = re.compile(r"\(requested block: offset=(?P<offset>\d+), length=(?P<length>\d+)")
+# With verify=pattern, just before the failure line: "fio: got pattern '04', wanted '00'. Bad bits 1" and
+# "fio: bad pattern block offset 100" (the first differing byte of the block).
+_GOT = re.compile(
+    r"^fio: got pattern '(?P<received>[0-9a-fA-F]+)', wanted '(?P<expected>[0-9a-fA-F]+)'\. Bad bits (?P<bits>\d+)"
+)
+_AT_BYTE = re.compile(r"^fio: bad pattern block offset (?P<byte>\d+)")
 _WANTED = re.compile(r"^(?P<what>.*?) (?P<received>\S+), wanted (?P<expected>\S+)$")
 _CRC = re.compile(r"^\s*(?P<which>Expected|Received) CRC:\s*(?P<value>\S+)")
 _SERVER_PREFIX = re.compile(r"^<[^>]*>\s?")
@@ -84,12 +98,21 @@ class Region:
 
 
 def verify_argv(
-    device: str, regions: Sequence[Region], *, write: bool, iodepth: int = VERIFY_IODEPTH, fio: str = "fio"
+    device: str,
+    regions: Sequence[Region],
+    *,
+    write: bool,
+    iodepth: int = VERIFY_IODEPTH,
+    fio: str = "fio",
+    generations: Sequence[int] | None = None,
 ) -> list[str]:
     """fio writing each region with a verifiable pattern and reading it back (``write``), or only reading each
-    back and checking it (``verify_only``); one job per region, all at once, JSON output."""
+    back and checking it (``verify_only``); one job per region, all at once, JSON output. ``generations``: each
+    region's write generation (:func:`generation.pattern`, ``verify=pattern``), else ``crc32c``."""
     if not regions:
         raise ValueError("a verify run needs at least one region")
+    if generations is not None and len(generations) != len(regions):
+        raise ValueError(f"{len(regions)} region(s) need as many generations, got {len(generations)}")
     if not device or "\n" in device:
         raise ValueError(f"not a device path: {device!r}")
     argv = [
@@ -99,7 +122,7 @@ def verify_argv(
         "--direct=1",
         "--rw=write",
         f"--iodepth={iodepth}",
-        f"--verify={VERIFY}",
+        f"--verify={VERIFY if generations is None else generation.VERIFY_PATTERN}",
         "--verify_state_save=0",
         "--continue_on_error=verify",
     ]
@@ -115,6 +138,8 @@ def verify_argv(
             f"--size={region.size}",
             f"--bs={region.bs}",
         ]
+        if generations is not None:
+            argv.append(f"--verify_pattern={generation.pattern(generations[index])}")
     return argv
 
 
@@ -132,6 +157,14 @@ def parse_mismatches(text: str, *, host: str) -> tuple[Mismatch, ...]:
         wanted = _WANTED.match(what)
         if wanted is not None:
             what, expected, received = wanted["what"], wanted["expected"], wanted["received"]
+        elif what.startswith("pattern:"):
+            before = [line.strip() for line in lines[max(0, index - 2) : index]]
+            got = next((m for m in map(_GOT.match, before) if m), None)
+            at = next((m for m in map(_AT_BYTE.match, before) if m), None)
+            if got is not None:
+                where = f" at byte {at['byte']} of the block" if at is not None else ""
+                expected = f"0x{got['expected']}{where}"
+                received = f"0x{got['received']} ({got['bits']} bit(s) differ there)"
         else:
             for follow in lines[index + 1 : index + 3]:
                 crc = _CRC.match(follow)
@@ -141,9 +174,11 @@ def parse_mismatches(text: str, *, host: str) -> tuple[Mismatch, ...]:
                     expected = f"CRC {crc['value']}"
                 else:
                     received = f"CRC {crc['value']}"
-        found.append(
-            Mismatch(host, match["file"], int(match["offset"]), int(match["length"]), what, expected, received)
-        )
+        offset, length = int(match["offset"]), int(match["length"])
+        requested = _REQUESTED.search(line)
+        if requested is not None and int(requested["offset"]) == offset:
+            length = int(requested["length"])
+        found.append(Mismatch(host, match["file"], offset, length, what, expected, received))
     return tuple(found)
 
 
@@ -205,10 +240,14 @@ def read_verify(command: CommandResult, device: str, regions: Sequence[Region]) 
     )
 
 
-def run_verify(host: Host, device: str, regions: Sequence[Region], *, write: bool) -> VerifyRun:
+def run_verify(
+    host: Host, device: str, regions: Sequence[Region], *, write: bool, generations: Sequence[int] | None = None
+) -> VerifyRun:
     """Write ``regions`` of ``device`` on ``host`` with a verifiable pattern and read them back (``write``), or
-    only read them back and check them; never raises for a mismatch (it is in the result)."""
-    argv = ["timeout", "--kill-after=10", str(BOUND_S), *verify_argv(device, regions, write=write)]
+    only read them back and check them (with ``generations``: each region's, see :func:`verify_argv`); never raises
+    for a mismatch (it is in the result)."""
+    argv = ["timeout", "--kill-after=10", str(BOUND_S)]
+    argv += verify_argv(device, regions, write=write, generations=generations)
     command = host.run(argv, check=False, timeout=TIMEOUT_S)
     run = read_verify(command, device, regions)
     if command.exit_code in BOUND_EXITS:
@@ -220,3 +259,22 @@ def run_verify(host: Host, device: str, regions: Sequence[Region], *, write: boo
 def _verify_only(result: FioResult) -> bool:
     # fio reports a verify_only job's replayed writes as written bytes although nothing was written.
     return result.options.get("verify_only") == "1"
+
+
+# Each block at $3, $4, ... of $1 ($2 bytes), read with direct I/O and printed as one base64 line.
+READ_BLOCKS = r"""
+d=$1 bs=$2
+shift 2
+for o; do dd if="$d" bs="$bs" skip=$((o / bs)) count=1 iflag=direct status=none | base64 -w0; echo; done
+"""
+
+
+def read_blocks(host: Host, device: str, offsets: Sequence[int], bs: int) -> list[bytes]:
+    """The blocks of ``bs`` bytes at ``offsets`` of ``device`` on ``host``, as the host reads them now."""
+    if any(o % bs for o in offsets):
+        raise ValueError(f"block offsets must be multiples of {bs}: {list(offsets)}")
+    done = host.run(["sh", "-c", READ_BLOCKS, "sh", device, str(bs), *map(str, offsets)], timeout=120)
+    lines = done.stdout.splitlines()
+    if len(lines) != len(offsets):
+        raise ValueError(f"{host.name}: read {len(lines)} of {len(offsets)} block(s) of {device}")
+    return [base64.b64decode(line) for line in lines]

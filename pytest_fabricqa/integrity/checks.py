@@ -22,7 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_fabricqa.fio.verify import Region, VerifyRun, run_verify
+from pytest_fabricqa.fio.generation import Finding, Generations, Written, classify
+from pytest_fabricqa.fio.verify import Region, VerifyRun, read_blocks, run_verify
 from pytest_fabricqa.initiators.connect import FabricDevice
 from pytest_fabricqa.report.model import Case, Integrity, Mismatch
 from pytest_fabricqa.transport.base import Host
@@ -37,8 +38,8 @@ BLOCK_SIZES: dict[str, int] = {"4k": 4096, "8k": 8192, "1m": MiB}
 """The block sizes every check runs with: 4 KiB, the database's 8 KiB, 1 MiB."""
 CORRUPT_BS = 8192
 CORRUPT_BLOCK = 5
-"""The corruption case changes the second half of this block of its region: its fio header stays intact, so fio
-must find the change by the data's CRC (a changed header is the easier catch)."""
+"""The corruption case changes the second half of this block of its region: its first bytes stay as written, so
+fio must compare the whole block to find it (a changed start is the easier catch)."""
 CORRUPT_BYTES = 4096
 
 
@@ -105,6 +106,22 @@ class Outcome:
     expected: list[Mismatch] = field(default_factory=list)
     """Mismatches the check caused on purpose and found where it caused them (the corruption case)."""
     problems: list[str] = field(default_factory=list)
+    generations: Generations = field(default_factory=Generations)
+    """Every write's generation in this check (:mod:`pytest_fabricqa.fio.generation`)."""
+    last: dict[Region, Written] = field(default_factory=dict)
+    """Each region's last write: the generation its read-back wants."""
+    findings: dict[tuple[str, int], Finding] = field(default_factory=dict)
+    """(host, block offset) -> what a block that failed that host's read-back held (:func:`explain`)."""
+
+    def new_write(self, host: str, written: Region) -> int:
+        """The generation of ``host``'s next write of ``written``, kept as the one its read-backs want."""
+        self.writers[written] = host
+        self.last[written] = self.generations.new(host, written.offset)
+        return self.last[written].generation
+
+    def wanted(self, regions: Sequence[Region]) -> list[int]:
+        """The generation each of ``regions`` was last written with."""
+        return [self.last[r].generation for r in regions]
 
     def add(self, run: VerifyRun, *, expect: Sequence[Region] = ()) -> VerifyRun:
         """Keep ``run``; every mismatch, shortfall and fio problem in it becomes a problem sentence."""
@@ -112,7 +129,8 @@ class Outcome:
         self.problems.extend(run.problems)
         for mismatch in run.mismatches:
             if mismatch not in self.expected:
-                self.problems.append(describe(mismatch, self.writer_of(mismatch.offset)))
+                found = self.findings.get((mismatch.host, mismatch.offset))
+                self.problems.append(describe(mismatch, self.writer_of(mismatch.offset), found))
         wanted = sum(r.size for r in run.regions)
         if not run.problems and run.bytes_verified < wanted:
             self.problems.append(
@@ -138,27 +156,69 @@ class Outcome:
         )
 
 
-def describe(mismatch: Mismatch, writer: str | None = None) -> str:
+def describe(mismatch: Mismatch, writer: str | None = None, finding: Finding | None = None) -> str:
     """``vnode2: /dev/sdb byte offset 135266304 (8192-byte block): crc32c: verify failed, expected CRC 4c65efc4,
-    read CRC 45f9a0e9 (written by vnode1)``."""
+    read CRC 45f9a0e9 (written by vnode1)``; with what the block held (:func:`explain`), that after fio's words."""
     text = f"{mismatch.host}: {mismatch.device} byte offset {mismatch.offset} ({mismatch.length}-byte block): "
     text += mismatch.what
     if mismatch.expected or mismatch.received:
         text += f", expected {mismatch.expected or '?'}, read {mismatch.received or '?'}"
     if writer is not None:
         text += f" (written by {writer})"
+    if finding is not None:
+        text += f"; {finding.text}"
     return text
 
 
+def explain(outcome: Outcome, host: Host, device: str, run: VerifyRun) -> None:
+    """Read every block ``run`` found wrong from ``device`` on ``host`` and keep what it holds instead of the
+    region's last write (:func:`generation.classify`): an earlier write, another offset's block, flipped bits. A
+    block that cannot be read keeps fio's words alone, and the reason is a problem of its own."""
+    if run.result is None or run.result.options.get("verify") != "pattern":
+        return  # a block checked against itself (crc32c) holds no generation to say which write it was
+    by_region = [(r, outcome.last[r]) for r in run.regions if r in outcome.last]
+    wanted = {}
+    for mismatch in run.mismatches:
+        for written, last in by_region:
+            if written.offset <= mismatch.offset < written.end:
+                wanted[mismatch.offset] = (written, last)
+    if not wanted:
+        return
+    for bs in sorted({w.bs for w, _ in wanted.values()}):
+        offsets = sorted(o for o, (w, _) in wanted.items() if w.bs == bs)
+        try:
+            blocks = read_blocks(host, device, offsets, bs)
+        except Exception as exc:  # the mismatch stays, in fio's words
+            outcome.problems.append(f"{host.name}: the blocks fio found wrong on {device} could not be read: {exc}")
+            continue
+        for offset, block in zip(offsets, blocks, strict=True):
+            found = classify(block, expected=wanted[offset][1], offset=offset, written=outcome.generations.written)
+            if found is not None:
+                outcome.findings[(host.name, offset)] = found
+
+
+def _checked(outcome: Outcome, host: Host, device: str, run: VerifyRun) -> VerifyRun:
+    """``run``, its failed blocks explained (:func:`explain`) before it is added."""
+    if run.mismatches:
+        explain(outcome, host, device, run)
+    return run
+
+
 def _write(outcome: Outcome, host: Host, device: SharedDevice, regions: Sequence[Region]) -> None:
-    for written in regions:
-        outcome.writers[written] = host.name
-    outcome.add(run_verify(host, device.paths[host.name], regions, write=True))
+    generations = [outcome.new_write(host.name, r) for r in regions]
+    path = device.paths[host.name]
+    outcome.add(_checked(outcome, host, path, run_verify(host, path, regions, write=True, generations=generations)))
+
+
+def _read_back(outcome: Outcome, host: Host, path: str, regions: Sequence[Region]) -> VerifyRun:
+    """``host`` reads back ``regions`` of ``path``, each wanting its last write's generation, explained."""
+    run = run_verify(host, path, regions, write=False, generations=outcome.wanted(regions))
+    return _checked(outcome, host, path, run)
 
 
 def _verify_on(outcome: Outcome, hosts: Sequence[Host], device: SharedDevice, regions: Sequence[Region]) -> None:
     """Every host in ``hosts`` reads back every region, the hosts at the same time."""
-    results = each(hosts, lambda host: run_verify(host, device.paths[host.name], regions, write=False), check=False)
+    results = each(hosts, lambda host: _read_back(outcome, host, device.paths[host.name], regions), check=False)
     for name, result in results.items():
         if isinstance(result, BaseException):
             outcome.problems.append(f"{name}: the verify of {device.paths[name]} did not run: {result}")
@@ -189,11 +249,14 @@ def concurrent_verify(hosts: Sequence[Host], device: SharedDevice, bs: int, size
     """Every initiator writes its own region at the same time (distinct offsets), then each reads back every one."""
     outcome = Outcome()
     mine = {host.name: [region(slot, bs, size)] for slot, host in enumerate(hosts)}
-    for name, regions in mine.items():
-        outcome.writers[regions[0]] = name
-    results = each(
-        hosts, lambda host: run_verify(host, device.paths[host.name], mine[host.name], write=True), check=False
-    )
+    generations = {name: [outcome.new_write(name, r) for r in regions] for name, regions in mine.items()}
+
+    def write(host: Host) -> VerifyRun:
+        path = device.paths[host.name]
+        run = run_verify(host, path, mine[host.name], write=True, generations=generations[host.name])
+        return _checked(outcome, host, path, run)
+
+    results = each(hosts, write, check=False)
     for name, result in results.items():
         if isinstance(result, BaseException):
             outcome.problems.append(f"{name}: the write of {device.paths[name]} did not run: {result}")
@@ -247,7 +310,7 @@ def corruption_detected(
     block = written.block_at(byte)
     target.run(corrupt_argv(backing_path, byte), timeout=120)
     reader.run(["sh", "-c", "sync && echo 3 > /proc/sys/vm/drop_caches"], timeout=120)
-    run = run_verify(reader, device.paths[reader.name], [written], write=False)
+    run = _read_back(outcome, reader, device.paths[reader.name], [written])
     found = next((m for m in run.mismatches if m.offset == block), None)
     if found is not None:
         outcome.expected.append(found)

@@ -87,10 +87,10 @@ def test_a_block_of_an_earlier_write_fails_the_read_back_and_is_named_a_lost_wri
     write(path, later)
     put(path, 5 * BS, stale)  # what a target that lost the later write, or served a stale copy, returns
     assert failed_offsets(path, later) == [5 * BS]
-    found = gen.classify(block(path, 5 * BS), expected=later, offset=5 * BS, written=run.written, where="vnode1 /dev/x")
+    found = gen.classify(block(path, 5 * BS), expected=later, offset=5 * BS, written=run.written)
     assert found is not None and found.kind == "earlier-write"
     assert found.text == (
-        f"vnode1 /dev/x: the block at offset {5 * BS} holds vnode1's write 1 of the region at 0 (generation "
+        f"it holds vnode1's write 1 of the region at 0 (generation "
         f"0x{earlier.generation:08x}), not the later vnode2's write 2 of the region at 0 (generation "
         f"0x{later.generation:08x}): a lost write or a stale read"
     )
@@ -104,9 +104,7 @@ def test_a_block_written_to_another_offset_is_named_a_misdirected_write(tmp_path
     write(path, written)
     put(path, 9 * BS, block(path, 3 * BS))
     assert failed_offsets(path, written) == [9 * BS]
-    found = gen.classify(
-        block(path, 9 * BS), expected=written, offset=9 * BS, written=run.written, where="vnode1 /dev/x"
-    )
+    found = gen.classify(block(path, 9 * BS), expected=written, offset=9 * BS, written=run.written)
     assert found is not None and found.kind == "misdirected"
     assert f"holds the block written for offset {3 * BS} (vnode1's write 1" in found.text
 
@@ -121,7 +119,7 @@ def test_a_flipped_bit_fails_the_read_back_and_is_named_with_where_it_is(tmp_pat
     data[100] ^= 0x04
     put(path, 2 * BS, bytes(data))
     assert failed_offsets(path, written) == [2 * BS]
-    found = gen.classify(bytes(data), expected=written, offset=2 * BS, written=run.written, where="vnode1 /dev/x")
+    found = gen.classify(bytes(data), expected=written, offset=2 * BS, written=run.written)
     assert found is not None and found.kind == "corrupt"
     assert "in 1 bit(s) of 1 byte(s), the first at byte 100 of the block" in found.text
 
@@ -147,8 +145,38 @@ def test_a_block_of_a_generation_this_run_never_wrote_is_named_so() -> None:
     run = gen.Generations(run_tag=1)
     written = run.new("vnode1", 0)
     foreign = gen.expected_block(0xDEADBEEF, BS, BS)
-    found = gen.classify(foreign, expected=written, offset=BS, written=run.written, where="vnode1 /dev/x")
+    found = gen.classify(foreign, expected=written, offset=BS, written=run.written)
     assert found is not None and found.kind == "unknown-write"
     assert "generation 0xdeadbeef, which this run never wrote" in found.text
     assert gen.classify(gen.expected_block(written.generation, BS, BS), expected=written, offset=BS,
-                        written=run.written, where="x") is None  # fmt: skip
+                        written=run.written) is None  # fmt: skip
+
+
+@needs_fio
+def test_the_integrity_check_names_a_lost_write_read_back_on_another_host(tmp_path: Path) -> None:
+    # The check's own path on a file with the real fio (two local "initiators"): vnode1 writes its region, vnode2
+    # writes it again, the target "loses" one block of vnode2's write (vnode1's block put back), and vnode1's read
+    # back names the block, the write it holds and the one it should.
+    from pytest_fabricqa.integrity import checks as ig
+    from pytest_fabricqa.transport.local import LocalHost
+
+    disk = tmp_path / "disk.img"
+    with disk.open("wb") as f:
+        f.truncate(ig.BASE_OFFSET + ig.REGION_BYTES)
+    one, two = LocalHost("vnode1"), LocalHost("vnode2")
+    device = ig.SharedDevice("ram0", "nqn.x", 1, disk.stat().st_size, {"vnode1": str(disk), "vnode2": str(disk)})
+    written = ig.region(0, BS, 16 * BS)
+    outcome = ig.Outcome()
+    ig._write(outcome, one, device, [written])
+    earlier = block(disk, written.offset + 3 * BS)
+    ig._write(outcome, two, device, [written])
+    assert outcome.problems == []
+    put(disk, written.offset + 3 * BS, earlier)
+    ig._verify_on(outcome, [one], device, [written])
+    (problem,) = outcome.problems
+    assert problem.startswith(f"vnode1: {disk} byte offset {written.offset + 3 * BS} (8192-byte block): pattern: ")
+    assert "it holds vnode1's write 1 of the region" in problem and "not the later vnode2's write 2" in problem
+    assert problem.endswith("(written by vnode2); it holds vnode1's write 1 of the region at "
+                            f"{written.offset} (generation 0x{outcome.generations.written[min(outcome.generations.written)].generation:08x}), "
+                            f"not the later vnode2's write 2 of the region at {written.offset} (generation "
+                            f"0x{outcome.last[written].generation:08x}): a lost write or a stale read")  # fmt: skip

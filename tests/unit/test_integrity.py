@@ -212,7 +212,11 @@ def test_cross_verify_reads_each_region_on_every_other_initiator() -> None:
     hosts = [ScriptedHost("vnode1", clean), ScriptedHost("vnode2", clean)]
     device = ig.SharedDevice("ram0", "nqn.x", 1, 512 << 20, {"vnode1": "/dev/sdb", "vnode2": "/dev/sdc"})
     outcome = ig.cross_verify(hosts, device, 8192)
-    kinds = [(h.name, "write" if "--do_verify=1" in c else "verify", c[-3]) for h in hosts for c in h.commands]
+
+    def offset(argv: tuple[str, ...]) -> str:
+        return next(a for a in argv if a.startswith("--offset="))
+
+    kinds = [(h.name, "write" if "--do_verify=1" in c else "verify", offset(c)) for h in hosts for c in h.commands]
     first, second = f"--offset={ig.BASE_OFFSET}", f"--offset={ig.BASE_OFFSET + ig.REGION_BYTES}"
     assert sorted(kinds) == sorted(
         [("vnode1", "write", first), ("vnode2", "verify", first), ("vnode2", "write", second),
