@@ -133,8 +133,10 @@ class Outcome:
                 self.problems.append(describe(mismatch, self.writer_of(mismatch.offset), found))
         wanted = sum(r.size for r in run.regions)
         if not run.problems and run.bytes_verified < wanted:
+            read = run.result.read.io_bytes if run.result is not None else 0
             self.problems.append(
-                f"{run.host}: read back {run.bytes_verified:,} of the {wanted:,} bytes written to {run.device}"
+                f"{run.host}: fio checked {run.bytes_verified:,} of the {wanted:,} bytes written to {run.device} "
+                f"(it read {read:,})"
             )
         return run
 

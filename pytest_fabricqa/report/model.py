@@ -101,6 +101,7 @@ class Integrity:
 
     bytes_written: int = 0
     bytes_verified: int = 0
+    """The bytes fio checked, not merely read (:func:`pytest_fabricqa.fio.verify.checked_bytes` says how)."""
     mismatches: tuple[Mismatch, ...] = ()
     expected_mismatches: int = 0
     """Blocks the case changed on purpose (the corruption case): found there, they are the expected detection."""

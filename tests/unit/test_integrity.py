@@ -54,7 +54,14 @@ def test_the_write_job_writes_a_verifiable_pattern_and_reads_it_back_while_writi
 def test_a_verify_only_job_never_carries_the_backlog_that_made_fio_miss_every_mismatch() -> None:
     """fio 3.33 with verify_only and verify_backlog read a damaged region and found nothing (recorded)."""
     blind = read_verify(recorded("verify-only-backlog-misses-8k"), FILE, [RECORDED])
-    assert blind.mismatches == () and blind.ok  # what the combination would have told us
+    # fio read the whole region and named nothing: it checked nothing, so the run is no pass (issue 30, item 2)
+    assert blind.mismatches == () and blind.result is not None and blind.result.read.io_bytes == RECORDED.size
+    assert blind.bytes_verified == 0 and not blind.ok
+    outcome = ig.Outcome()
+    outcome.add(blind)
+    assert outcome.problems == [
+        f"vnode2: fio checked 0 of the {RECORDED.size:,} bytes written to {FILE} (it read {RECORDED.size:,})"
+    ]
     argv = verify_argv("/dev/sdb", [Region(0, 1 << 20, 4096), Region(1 << 20, 1 << 20, 4096)], write=False)
     assert "--verify_only=1" in argv
     assert not any(a.startswith(("--verify_backlog", "--do_verify")) for a in argv)
@@ -224,7 +231,7 @@ def test_cross_verify_reads_each_region_on_every_other_initiator() -> None:
     )  # fmt: skip
     assert outcome.writers == {ig.region(0, 8192): "vnode1", ig.region(1, 8192): "vnode2"}
     # the recorded runs are 2 MiB regions, these 4 MiB: the shortfall is named
-    assert any("read back 2,097,152 of the 4,194,304 bytes" in p for p in outcome.problems)
+    assert any("fio checked 2,097,152 of the 4,194,304 bytes" in p for p in outcome.problems)
 
 
 # -- results.json, JUnit, HTML -----------------------------------------------------------------------------------
