@@ -45,7 +45,7 @@ def _disk(
     if not devices:
         pytest.skip(f"{protocol}: the lab marks no exported device writable, so nothing is written")
     write_guard.before_writes(protocol, fabric.devices, fabric.target)
-    problem = ig.room_problem(devices[0], slots, fabric.lab.integrity.region_bytes)
+    problem = ig.room_problem(devices[0], slots, ig.stride(fabric.lab.integrity.region_bytes))
     if problem is not None:
         pytest.skip(f"{protocol}: {problem}")
     return devices[0]

@@ -40,7 +40,16 @@ VERIFY = "crc32c"
 """fio's verify method: CRC32C of each block's data, with fio's header (magic, length, offset, header CRC)."""
 VERIFY_IODEPTH = 8
 VERIFY_BACKLOG = 64
-"""Blocks written before fio reads them back while writing (only ever with writes; see the module docstring)."""
+"""At most this many blocks written before fio reads them back while writing (only ever with writes; see the module
+docstring); a region of fewer than four times as many blocks reads back every quarter of it (:func:`backlog_for`)."""
+
+
+def backlog_for(region: Region) -> int:
+    """``verify_backlog`` for a write of ``region``: :data:`VERIFY_BACKLOG` blocks, or a quarter of the region's
+    blocks where that is fewer (at least one), so that some are read back while the rest are still written."""
+    return min(VERIFY_BACKLOG, max(1, region.size // region.bs // 4))
+
+
 EILSEQ = 84
 """The errno fio ends a job with when a verify failed."""
 TIMEOUT_S = 600.0
@@ -127,7 +136,7 @@ def verify_argv(
         "--continue_on_error=verify",
     ]
     if write:
-        argv += ["--do_verify=1", f"--verify_backlog={VERIFY_BACKLOG}"]
+        argv += ["--do_verify=1"]
     else:
         argv += ["--verify_only=1"]
     for index, region in enumerate(regions):
@@ -138,6 +147,8 @@ def verify_argv(
             f"--size={region.size}",
             f"--bs={region.bs}",
         ]
+        if write:
+            argv.append(f"--verify_backlog={backlog_for(region)}")
         if generations is not None:
             argv.append(f"--verify_pattern={generation.pattern(generations[index])}")
     return argv

@@ -33,7 +33,8 @@ MiB = 1 << 20
 BASE_OFFSET = 128 * MiB
 """Where the first region starts: far past block 0 and allocation unit 1 (ASM's backup header, AU <= 64 MiB)."""
 REGION_BYTES = 4 * MiB
-"""Each region by default (the lab's ``integrity.region_mb``): 1,024 blocks of 4 KiB, 512 of 8 KiB, 4 of 1 MiB."""
+"""Each region by default (the lab's ``integrity.region_mb``): 1,024 blocks of 4 KiB, 512 of 8 KiB; 1 MiB blocks
+get :data:`MIN_BLOCKS` of them."""
 BLOCK_SIZES: dict[str, int] = {"4k": 4096, "8k": 8192, "1m": MiB}
 """The block sizes every check runs with: 4 KiB, the database's 8 KiB, 1 MiB."""
 CORRUPT_BS = 8192
@@ -78,15 +79,28 @@ def shared_devices(devices: Iterable[FabricDevice]) -> list[SharedDevice]:
     ]
 
 
+MIN_BLOCKS = 8
+"""Every region holds at least this many blocks, so that blocks are read back while the rest are still written
+(``verify_backlog``, :func:`pytest_fabricqa.fio.verify.backlog_for`): a 1 MiB region of 1 MiB blocks was one block,
+read back only once written (the virtual lab's ``region_mb: 1``)."""
+
+
+def stride(size: int | None = None) -> int:
+    """How far apart the slots of the integrity area are for regions of ``size`` bytes (default
+    :data:`REGION_BYTES`): room for the largest block size's region (:data:`MIN_BLOCKS` blocks at least)."""
+    return max(REGION_BYTES if size is None else size, MIN_BLOCKS * max(BLOCK_SIZES.values()))
+
+
 def region(slot: int, bs: int, size: int | None = None) -> Region:
-    """The ``slot``-th region (0, 1, ...) of ``size`` bytes (default :data:`REGION_BYTES`) of the integrity area,
-    in blocks of ``bs`` bytes."""
+    """The ``slot``-th region (0, 1, ...) of the integrity area, in blocks of ``bs`` bytes: ``size`` bytes (default
+    :data:`REGION_BYTES`), or :data:`MIN_BLOCKS` blocks where that is more; slots are :func:`stride` apart."""
     size = REGION_BYTES if size is None else size
-    return Region(BASE_OFFSET + slot * size, size, bs)
+    return Region(BASE_OFFSET + slot * stride(size), max(size, MIN_BLOCKS * bs), bs)
 
 
 def room_problem(device: SharedDevice, slots: int, size: int | None = None) -> str | None:
-    """A sentence when ``device`` is too small for ``slots`` regions of ``size`` bytes, else None."""
+    """A sentence when ``device`` is too small for ``slots`` regions of ``size`` bytes (the integrity suite's: its
+    :func:`stride`), else None."""
     size = REGION_BYTES if size is None else size
     needed = BASE_OFFSET + slots * size
     if device.size_bytes >= needed:

@@ -530,7 +530,8 @@ class TargetModel(_Model):
 
 class IntegritySettings(_Model):
     """How much the integrity suite writes: each check's region per host and block size, in MiB (4 by default:
-    1,024 blocks of 4 KiB, 512 of 8 KiB, 4 of 1 MiB). A real lab may verify far more; an emulated one, less."""
+    1,024 blocks of 4 KiB, 512 of 8 KiB), and never fewer than 8 blocks (1 MiB blocks: 8 MiB), so that blocks are
+    read back while the rest are still written. A real lab may verify far more; an emulated one, less."""
 
     region_mb: int = Field(4, ge=1, le=1048576)
 
