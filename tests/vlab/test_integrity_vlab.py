@@ -5,16 +5,23 @@ are the main job's integrity cases (suites/test_integrity.py) on every (protocol
 real sg_persist output in tests/data/reservations was recorded on this lab's LIO.
 
 The real nvme-cli output is kept under ``<state>/recorded-reservations/`` for tests/data/reservations.
+
+A lost write, for real (issue 30): vnode1 writes a region, vnode2 writes it again, and one block of vnode1's write
+is put back on vstor's RAM disk behind the target -- what a target that acknowledged vnode2's write and lost it
+would return. vnode1's read-back must name that block as vnode1's earlier write, not vnode2's, over nvme-tcp on
+nvmet and iSCSI on LIO (fio's crc32c passed such a block).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
 from vlab_support import STATE
 
 from pytest_fabricqa.fabric.provision import connect_fabric
+from pytest_fabricqa.fio.verify import read_blocks
 from pytest_fabricqa.integrity import checks as ig
 from pytest_fabricqa.integrity.reservations import unsupported
 from pytest_fabricqa.lab.model import LabModel
@@ -47,3 +54,37 @@ def test_the_6_1_nvmet_has_no_reservations_as_the_capability_fact_says(
         assert not result.ok, result.stdout
     finally:
         fabric.teardown()
+
+
+@pytest.mark.parametrize(("protocol", "target"), [("nvme-tcp", "nvmet"), ("iscsi", "lio")])
+def test_a_block_of_an_earlier_write_put_back_behind_the_target_is_named_a_lost_write(
+    vlab: tuple[LabModel, dict[str, Host], dict[str, str]], protocol: str, target: str
+) -> None:
+    lab, hosts, _ = vlab
+    model = lab.target_for(protocol, target)
+    fabric = connect_fabric(lab, protocol, hosts, target=target)
+    try:
+        device = ig.shared_devices(fabric.devices)[0]
+        backing = model.devices[device.backing].path
+        one, two, vstor = hosts["vnode1"], hosts["vnode2"], hosts["vstor"]
+        written = ig.region(0, 8192, 1 << 20)
+        byte = written.offset + 3 * written.bs
+        outcome = ig.Outcome()
+        ig._write(outcome, one, device, [written])
+        earlier = read_blocks(vstor, backing, [byte], written.bs)[0]
+        ig._write(outcome, two, device, [written])
+        assert outcome.problems == []
+        put = 'base64 -d | dd of="$1" bs=8192 seek="$2" count=1 oflag=direct conv=notrunc status=none && sync'
+        vstor.run(["sh", "-c", put, "sh", backing, str(byte // written.bs)], stdin=base64.b64encode(earlier).decode())
+        for host in (one, vstor):
+            host.run(["sh", "-c", "sync && echo 3 > /proc/sys/vm/drop_caches"])
+        ig._verify_on(outcome, [one], device, [written])
+    finally:
+        fabric.teardown()
+    (problem,) = outcome.problems
+    first, last = sorted(outcome.generations.written)
+    assert problem.startswith(f"vnode1: {device.paths['vnode1']} byte offset {byte} (8192-byte block): pattern: ")
+    assert (
+        f"it holds vnode1's write 1 of the region at {written.offset} (generation 0x{first:08x}), not the later "
+        f"vnode2's write 2 of the region at {written.offset} (generation 0x{last:08x}): a lost write or a stale read"
+    ) in problem
