@@ -2,7 +2,8 @@
 
 Per protocol, on the devices the lab marks ``writable`` and only after the data-safety guard passed: a region
 written with content unique to that write (fio's ``verify=pattern``: the write's generation and each block's
-offset, ``pytest_fabricqa.fio.generation``; ``verify_backlog``) read back on the same host; written on one initiator and read on every other (the RAC shared-disk view, both directions); every
+offset, ``pytest_fabricqa.fio.generation``; ``verify_backlog``) read back on the same host; written on one initiator and read on every other (the RAC shared-disk view, both directions), then overwritten
+by the next and read back by the first, which must see the new write (no stale read from a cache or a path); every
 initiator writing its own region at the same time and each reading back all of them; the data still there after
 the fabric was disconnected and connected again. Block sizes 4 KiB, 8 KiB (the database block) and 1 MiB. A
 mismatch names the host, the device, the offset and what was expected, and the block, read again, says what it
@@ -85,7 +86,8 @@ def test_written_on_one_read_on_every_other(
     fabric: Fabric, protocol: str, bs: int, lab_hosts: dict[str, Host], write_guard: WriteGuard,
     fabricqa_report: Any, request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
-    """Each initiator writes its own region; every other initiator reads it back (RAC's shared disk)."""
+    """Each initiator writes its own region; every other initiator reads it back (RAC's shared disk). Then the next
+    initiator overwrites it with a write of its own and the first must read that back, not its own earlier one."""
     device = _disk(fabric, protocol, write_guard, len(fabric.lab.hosts_with("initiator")))
     hosts = _initiators(fabric, device, lab_hosts, 2)
     _record(fabricqa_report, request, fabric, f"integrity-cross-host-{LABEL[bs]}", protocol,

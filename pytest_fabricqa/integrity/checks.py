@@ -4,7 +4,8 @@ The checks a certification suite's data integrity class makes, and the one Oracl
 the same disk), as plain functions a suite calls (``suites/test_integrity.py``); no pytest here:
 
 - :func:`write_and_verify`: write a region with a verifiable pattern and read it back on the same host;
-- :func:`cross_verify`: each initiator writes its own region, every *other* initiator reads it back;
+- :func:`cross_verify`: each initiator writes its own region, every *other* initiator reads it back; then each
+  region is overwritten by the next initiator and its first writer must read the new data (:func:`overwrite_seen`);
 - :func:`concurrent_verify`: every initiator writes its own region at the same time, then each reads back all;
 - :func:`verify_after_reconnect`: regions written, the fabric disconnected and connected again, read back;
 - :func:`corruption_detected`: bytes changed on the target's backing device between the write and the verify,
@@ -252,13 +253,28 @@ def write_and_verify(host: Host, device: SharedDevice, bs: int, size: int | None
 
 
 def cross_verify(hosts: Sequence[Host], device: SharedDevice, bs: int, size: int | None = None) -> Outcome:
-    """Each initiator in turn writes its own region; every other initiator reads it back (both directions)."""
+    """Each initiator in turn writes its own region; every other initiator reads it back (both directions). Then
+    each region is overwritten by the next initiator and read back by the one that wrote it first
+    (:func:`overwrite_seen`)."""
     outcome = Outcome()
-    for slot, writer in enumerate(hosts):
-        written = [region(slot, bs, size)]
-        _write(outcome, writer, device, written)
-        _verify_on(outcome, [h for h in hosts if h is not writer], device, written)
+    written = [region(slot, bs, size) for slot in range(len(hosts))]
+    for writer, mine in zip(hosts, written, strict=True):
+        _write(outcome, writer, device, [mine])
+        _verify_on(outcome, [h for h in hosts if h is not writer], device, [mine])
+    if not outcome.problems:
+        overwrite_seen(outcome, hosts, device, written)
     return outcome
+
+
+def overwrite_seen(outcome: Outcome, hosts: Sequence[Host], device: SharedDevice, written: Sequence[Region]) -> None:
+    """RAC coherence: the region ``hosts[i]`` wrote (``written[i]``) is written again by the next host with a
+    generation of its own, and ``hosts[i]`` must read that one back -- not its own earlier write from a cache or a
+    path that kept it (a stale read is named as such)."""
+    if len(hosts) < 2:
+        return
+    for slot, first in enumerate(hosts):
+        _write(outcome, hosts[(slot + 1) % len(hosts)], device, [written[slot]])
+        _verify_on(outcome, [first], device, [written[slot]])
 
 
 def concurrent_verify(hosts: Sequence[Host], device: SharedDevice, bs: int, size: int | None = None) -> Outcome:

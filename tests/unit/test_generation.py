@@ -180,3 +180,56 @@ def test_the_integrity_check_names_a_lost_write_read_back_on_another_host(tmp_pa
                             f"{written.offset} (generation 0x{outcome.generations.written[min(outcome.generations.written)].generation:08x}), "
                             f"not the later vnode2's write 2 of the region at {written.offset} (generation "
                             f"0x{outcome.last[written].generation:08x}): a lost write or a stale read")  # fmt: skip
+
+
+@needs_fio
+def test_cross_verify_overwrites_each_region_on_the_next_host_and_its_first_writer_reads_the_new_data(
+    tmp_path: Path,
+) -> None:
+    from pytest_fabricqa.integrity import checks as ig
+    from pytest_fabricqa.transport.local import LocalHost
+
+    disk = tmp_path / "disk.img"
+    size = 16 * BS
+    with disk.open("wb") as f:
+        f.truncate(ig.BASE_OFFSET + 2 * ig.stride(size))
+    hosts = [LocalHost("vnode1"), LocalHost("vnode2")]
+    device = ig.SharedDevice("ram0", "nqn.x", 1, disk.stat().st_size, {"vnode1": str(disk), "vnode2": str(disk)})
+    outcome = ig.cross_verify(hosts, device, BS, size)
+    assert outcome.problems == []
+    # Each region: its own write, the other's read, the next host's overwrite, the first writer's read.
+    written = sorted(outcome.generations.written.values(), key=lambda w: w.generation)
+    assert [(w.host, w.region_offset, w.number) for w in written] == [
+        ("vnode1", ig.BASE_OFFSET, 1),
+        ("vnode2", ig.BASE_OFFSET + ig.stride(size), 1),
+        ("vnode2", ig.BASE_OFFSET, 2),
+        ("vnode1", ig.BASE_OFFSET + ig.stride(size), 2),
+    ]
+    assert outcome.integrity().bytes_verified == 2 * (2 + 2) * size  # each write read back, and each read after
+
+
+@needs_fio
+def test_a_host_that_still_reads_its_own_earlier_write_after_another_overwrote_it_is_named_a_stale_read(
+    tmp_path: Path,
+) -> None:
+    # Two files stand for a fabric that is not coherent: what vnode2 writes never reaches what vnode1 reads (a cache
+    # or a path that kept the old data).
+    from pytest_fabricqa.integrity import checks as ig
+    from pytest_fabricqa.transport.local import LocalHost
+
+    size = 16 * BS
+    paths = {}
+    for name in ("vnode1", "vnode2"):
+        paths[name] = str(tmp_path / f"{name}.img")
+        with open(paths[name], "wb") as f:
+            f.truncate(ig.BASE_OFFSET + ig.stride(size))
+    one, two = LocalHost("vnode1"), LocalHost("vnode2")
+    device = ig.SharedDevice("ram0", "nqn.x", 1, ig.BASE_OFFSET + ig.stride(size), paths)
+    mine = ig.region(0, BS, size)
+    outcome = ig.Outcome()
+    ig._write(outcome, one, device, [mine])
+    ig.overwrite_seen(outcome, [one, two], device, [mine, mine])
+    stale = [p for p in outcome.problems if p.startswith("vnode1: ")]
+    assert len(stale) == size // BS, outcome.problems  # every block of the region
+    assert all("it holds vnode1's write 1 of the region" in p and "not the later vnode2's write 2" in p for p in stale)
+    assert all(p.endswith("a lost write or a stale read") for p in stale)
