@@ -1,9 +1,10 @@
 """Data integrity and the shared disk: what one initiator writes, every initiator reads back, byte for byte.
 
-Per protocol, on the devices the lab marks ``writable`` and only after the data-safety guard passed: a region
+Per protocol, on every device the lab marks ``writable`` and only after the data-safety guard passed: a region
 written with content unique to that write (fio's ``verify=pattern``: the write's generation and each block's
-offset, ``pytest_fabricqa.fio.generation``; ``verify_backlog``) read back on the same host; written on one initiator and read on every other (the RAC shared-disk view, both directions), then overwritten
-by the next and read back by the first, which must see the new write (no stale read from a cache or a path); every
+offset, ``pytest_fabricqa.fio.generation``; ``verify_backlog``) read back on the same host; written on one
+initiator and read on every other (the RAC shared-disk view, both directions), then overwritten by the next and
+read back by the first, which must see the new write (no stale read from a cache or a path); every
 initiator writing its own region at the same time and each reading back all of them; the data still there after
 the fabric was disconnected and connected again. Block sizes 4 KiB, 8 KiB (the database block) and 1 MiB. A
 mismatch names the host, the device, the offset and what was expected, and the block, read again, says what it
@@ -52,6 +53,18 @@ def _disk(
     return devices[0]
 
 
+def _every_disk(fabric: Fabric, protocol: str, write_guard: WriteGuard, slots: int) -> list[ig.SharedDevice]:
+    """Every shared writable device (each namespace and LUN the lab marks writable), after the write guard passed
+    them all; a case is skipped only when none has the room, and names each that lacks it."""
+    devices = ig.shared_devices(fabric.devices)
+    _disk(fabric, protocol, write_guard, slots, devices[:1])  # the guard over every device, the first's room
+    stride = ig.stride(fabric.lab.integrity.region_bytes)
+    small = [p for p in (ig.room_problem(d, slots, stride) for d in devices) if p is not None]
+    if small:
+        pytest.skip(f"{protocol}: " + "; ".join(small))
+    return devices
+
+
 def _initiators(fabric: Fabric, device: ig.SharedDevice, lab_hosts: dict[str, Host], least: int) -> list[Host]:
     names = [n for n in fabric.lab.hosts_with("initiator") if n in device.paths]
     if len(names) < least:
@@ -74,11 +87,13 @@ def test_write_and_verify(
     fabric: Fabric, protocol: str, bs: int, lab_hosts: dict[str, Host], write_guard: WriteGuard,
     fabricqa_report: Any, request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
-    """The first initiator writes a region (each block read back while writing) and reads it all back."""
-    device = _disk(fabric, protocol, write_guard, 1)
-    host = _initiators(fabric, device, lab_hosts, 1)[0]
-    _record(fabricqa_report, request, fabric, f"integrity-same-host-{LABEL[bs]}", protocol,
-            ig.write_and_verify(host, device, bs, fabric.lab.integrity.region_bytes))  # fmt: skip
+    """On every writable device, the first initiator writes a region (each block read back while writing) and reads
+    it all back."""
+    outcome = ig.Outcome()
+    for device in _every_disk(fabric, protocol, write_guard, 1):
+        host = _initiators(fabric, device, lab_hosts, 1)[0]
+        outcome.merge(ig.write_and_verify(host, device, bs, fabric.lab.integrity.region_bytes))
+    _record(fabricqa_report, request, fabric, f"integrity-same-host-{LABEL[bs]}", protocol, outcome)
 
 
 @BLOCK_SIZES
@@ -86,12 +101,14 @@ def test_written_on_one_read_on_every_other(
     fabric: Fabric, protocol: str, bs: int, lab_hosts: dict[str, Host], write_guard: WriteGuard,
     fabricqa_report: Any, request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
-    """Each initiator writes its own region; every other initiator reads it back (RAC's shared disk). Then the next
+    """On every writable device, each initiator writes its own region; every other initiator reads it back (RAC's
+    shared disk). Then the next
     initiator overwrites it with a write of its own and the first must read that back, not its own earlier one."""
-    device = _disk(fabric, protocol, write_guard, len(fabric.lab.hosts_with("initiator")))
-    hosts = _initiators(fabric, device, lab_hosts, 2)
-    _record(fabricqa_report, request, fabric, f"integrity-cross-host-{LABEL[bs]}", protocol,
-            ig.cross_verify(hosts, device, bs, fabric.lab.integrity.region_bytes))  # fmt: skip
+    outcome = ig.Outcome()
+    for device in _every_disk(fabric, protocol, write_guard, len(fabric.lab.hosts_with("initiator"))):
+        hosts = _initiators(fabric, device, lab_hosts, 2)
+        outcome.merge(ig.cross_verify(hosts, device, bs, fabric.lab.integrity.region_bytes))
+    _record(fabricqa_report, request, fabric, f"integrity-cross-host-{LABEL[bs]}", protocol, outcome)
 
 
 @BLOCK_SIZES
@@ -99,24 +116,33 @@ def test_concurrent_regions(
     fabric: Fabric, protocol: str, bs: int, lab_hosts: dict[str, Host], write_guard: WriteGuard,
     fabricqa_report: Any, request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
-    """Every initiator writes its own region at the same time, then each reads back every region."""
-    device = _disk(fabric, protocol, write_guard, len(fabric.lab.hosts_with("initiator")))
-    hosts = _initiators(fabric, device, lab_hosts, 2)
-    _record(fabricqa_report, request, fabric, f"integrity-concurrent-{LABEL[bs]}", protocol,
-            ig.concurrent_verify(hosts, device, bs, fabric.lab.integrity.region_bytes))  # fmt: skip
+    """On every writable device, every initiator writes its own region at the same time (each its own write's
+    generation), then each reads back every region."""
+    outcome = ig.Outcome()
+    for device in _every_disk(fabric, protocol, write_guard, len(fabric.lab.hosts_with("initiator"))):
+        hosts = _initiators(fabric, device, lab_hosts, 2)
+        outcome.merge(ig.concurrent_verify(hosts, device, bs, fabric.lab.integrity.region_bytes))
+    _record(fabricqa_report, request, fabric, f"integrity-concurrent-{LABEL[bs]}", protocol, outcome)
 
 
 def test_data_survives_reconnect(
     fabric: Fabric, protocol: str, lab_hosts: dict[str, Host], write_guard: WriteGuard,
     fabricqa_report: Any, request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
-    """A region per block size written, every initiator disconnected and connected again, every one reads all back."""
-    device = _disk(fabric, protocol, write_guard, len(ig.BLOCK_SIZES))
-    hosts = _initiators(fabric, device, lab_hosts, 1)
-    outcome, written = ig.write_before_reconnect(hosts[0], device, fabric.lab.integrity.region_bytes)
-    if not outcome.problems:
+    """On every writable device a region per block size written, every initiator disconnected and connected again,
+    every one reads all back."""
+    outcome = ig.Outcome()
+    before = []
+    for device in _every_disk(fabric, protocol, write_guard, len(ig.BLOCK_SIZES)):
+        hosts = _initiators(fabric, device, lab_hosts, 1)
+        mine, written = ig.write_before_reconnect(hosts[0], device, fabric.lab.integrity.region_bytes)
+        before.append((device, hosts, mine, written))
+    if not any(mine.problems for _, _, mine, _ in before):
         fabric.reconnect_initiators()
-        ig.verify_after_reconnect(outcome, hosts, ig.paths_now(fabric.devices, device), written)
+        for device, hosts, mine, written in before:
+            ig.verify_after_reconnect(mine, hosts, ig.paths_now(fabric.devices, device), written)
+    for _, _, mine, _ in before:
+        outcome.merge(mine)
     _record(fabricqa_report, request, fabric, "integrity-reconnect", protocol, outcome)
 
 

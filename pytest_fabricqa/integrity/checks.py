@@ -128,6 +128,15 @@ class Outcome:
     findings: dict[tuple[str, int], Finding] = field(default_factory=dict)
     """(host, block offset) -> what a block that failed that host's read-back held (:func:`explain`)."""
 
+    def merge(self, other: Outcome) -> Outcome:
+        """This outcome with ``other``'s (another device's) runs, writers, mismatches and problems added."""
+        self.runs.extend(other.runs)
+        self.writers.update(other.writers)
+        self.expected.extend(other.expected)
+        self.problems.extend(other.problems)
+        self.findings.update(other.findings)
+        return self
+
     def new_write(self, host: str, written: Region) -> int:
         """The generation of ``host``'s next write of ``written``, kept as the one its read-backs want."""
         self.writers[written] = host

@@ -97,3 +97,43 @@ def test_the_suite_writes_verifies_and_catches_a_changed_block_for_real(pytester
     junit = (report / "junit.xml").read_text()
     assert 'name="integrity.expected_mismatches" value="1"' in junit
     assert "changed block(s) detected as expected" in (report / "report.html").read_text()
+
+
+def test_the_suite_checks_every_writable_device_not_only_the_first(pytester: pytest.Pytester) -> None:
+    # Issue 30, item 4: two namespaces marked writable, two "disks": each check writes and reads both.
+    disks = [pytester.path / "disk.img", pytester.path / "disk2.img"]
+    for disk in disks:
+        with open(disk, "wb") as fh:
+            fh.truncate(160 << 20)
+    lab = LAB.replace("DISK", str(disks[0])).replace(
+        "namespaces: [ram0]", "namespaces: [ram0, ram1]"
+    ).replace("    nvme:\n", f"      ram1: {{path: {disks[1]}, writable: true}}\n    nvme:\n")  # fmt: skip
+    (pytester.path / "lab.yaml").write_text(lab)
+    second = (
+        '            FabricDevice(name, "@DISK2@", "ram1", "nqn.2026-11.io.fabricqa:localint", 2, 160 << 20, 512, True,'
+        ' False)\n            for name in lab.hosts_with("initiator")\n        ]\n'
+    )
+    conftest = CONFTEST.replace("@DISK@", str(disks[0])).replace(
+        '            for name in lab.hosts_with("initiator")\n        ]\n',
+        '            for name in lab.hosts_with("initiator")\n        ] + [\n'
+        + second.replace("@DISK2@", str(disks[1])),
+    )
+    pytester.makeconftest(conftest)
+    (pytester.path / "test_integrity.py").write_text(SUITE.read_text())
+    report = pytester.path / "report"
+    result = pytester.runpytest_subprocess(
+        "--lab=lab.yaml",
+        "test_integrity.py",
+        "-p",
+        "no:cacheprovider",
+        f"--report-dir={report}",
+        "-k",
+        "test_write_and_verify and 8k",
+    )
+    result.assert_outcomes(passed=1)
+    (case,) = json.loads((report / "results.json").read_text())["cases"]
+    assert case["integrity"]["bytes_written"] == 2 * (4 << 20), case["integrity"]
+    for disk in disks:
+        with open(disk, "rb") as fh:
+            fh.seek(128 << 20)
+            assert fh.read(4) != b"\0\0\0\0", f"{disk} was not written"
