@@ -33,7 +33,7 @@ import ipaddress
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, Self, TypeVar
@@ -238,7 +238,7 @@ ALUA_STATES = {
 }
 """SCSI ALUA's asymmetric access states by name, and the number LIO's ``alua_access_state`` takes (SPC-4 6.37)."""
 # The SPDK client's JSON, then a newline, then the clock; the client's exit code is kept.
-TIMED = '"$@"; rc=$?; echo; ' + CLOCK + "; exit $rc"
+TIMED = STARTED + '"$@"; rc=$?; echo; ' + CLOCK + "; exit $rc"
 
 
 class FaultError(ProvisionError):
@@ -1070,79 +1070,98 @@ def _recorded_rpc(host: Host, params: Mapping[str, Any]) -> RpcClient:
 
 
 class SpdkListenerDown(_RecordedFault):
-    """An SPDK subsystem's listener removed, then added again: ``nvmf_subsystem_remove_listener`` and
-    ``nvmf_subsystem_add_listener`` with the same ``listen_address``, through the driver's JSON-RPC client.
+    """An SPDK listener removed from every subsystem of ours that has it, then added again:
+    ``nvmf_subsystem_remove_listener`` and ``nvmf_subsystem_add_listener`` with the same ``listen_address``, one call
+    per subsystem in one command, through the driver's JSON-RPC client: the port is down for every namespace it
+    served, not only the first subsystem's (issue 29).
 
     Removing a listener disconnects the subsystem's qpairs that came in through that address
     (``spdk_nvmf_transport_stop_listen_async``): the path breaks, other listeners carry on. Refused unless the SPDK
-    driver's state file lists the subsystem and the app holds the listener.
+    driver's state file lists every subsystem and the app holds the listener on at least one.
     """
 
     kind = "spdk-listener"
 
-    def __init__(self, rpc: RpcClient, name_prefix: str, nqn: str, listen_address: Mapping[str, str]) -> None:
+    def __init__(
+        self, rpc: RpcClient, name_prefix: str, nqns: tuple[str, ...], listen_address: Mapping[str, str]
+    ) -> None:
         super().__init__(rpc.host, name_prefix)
         self.rpc = rpc
-        self.nqn = nqn
+        self.nqns = nqns
         self.address = {k: str(listen_address[k]) for k in ("trtype", "adrfam", "traddr", "trsvcid")}
+        self.listening: tuple[str, ...] = ()
+        """The subsystems that held the listener when the fault was armed: those it is removed from."""
         where = f"{self.address['trtype']} {self.address['traddr']}:{self.address['trsvcid']}"
-        self.name = f"{rpc.host.name} SPDK listener {where} of {nqn} removed"
-        self.key = f"spdk-listener:{nqn}:{self.address['trtype']}:{self.address['traddr']}:{self.address['trsvcid']}"
+        self.name = f"{rpc.host.name} SPDK listener {where} of {', '.join(nqns)} removed"
+        self.key = f"spdk-listener:{self.address['trtype']}:{self.address['traddr']}:{self.address['trsvcid']}"
 
     @classmethod
     def from_record(cls, lab: LabModel, host: Host, name_prefix: str, record: Mapping[str, Any]) -> SpdkListenerDown:
-        """The fault a record describes, to restore it."""
+        """The fault a record describes, to restore it (a record of one subsystem, ``nqn``, from before every
+        subsystem's listener was taken, too)."""
         params = record["params"]
-        fault = cls(_recorded_rpc(host, params), name_prefix, str(params["nqn"]), params["listen_address"])
+        nqns = tuple(params.get("nqns") or [params["nqn"]])
+        fault = cls(_recorded_rpc(host, params), name_prefix, nqns, params["listen_address"])
+        fault.listening = tuple(params.get("listening") or nqns)
         fault.params = dict(params)
         return fault
 
-    def _params(self) -> dict[str, Any]:
-        return {"nqn": self.nqn, "listen_address": dict(self.address)}
+    def _listener_calls(self, method: str, nqns: Sequence[str]) -> list[tuple[str, Mapping[str, Any]]]:
+        return [(method, {"nqn": n, "listen_address": dict(self.address)}) for n in nqns]
 
     def how(self) -> str:
-        return f"rpc.py -s {self.rpc.socket} nvmf_subsystem_add_listener with {json.dumps(self._params())}"
-
-    def _listening(self) -> bool | None:
-        """Whether the app's subsystem has the listener; None when the app no longer has the subsystem."""
-        subsystems = self.rpc.call("nvmf_get_subsystems") or []
-        sub = next((s for s in subsystems if isinstance(s, dict) and s.get("nqn") == self.nqn), None)
-        if sub is None:
-            return None
-        return any(
-            all(str(a.get(k, "")).upper() == v.upper() for k, v in self.address.items())
-            for a in sub.get("listen_addresses", [])
-            if isinstance(a, dict)
+        calls = json.dumps(
+            [p for _, p in self._listener_calls("nvmf_subsystem_add_listener", self.listening or self.nqns)]
         )
+        return f"rpc.py -s {self.rpc.socket} nvmf_subsystem_add_listener with each of {calls}"
+
+    def _holding(self) -> dict[str, bool | None]:
+        """Each of our subsystems: whether the app's subsystem has the listener; None when the app no longer has
+        the subsystem."""
+        subsystems = {s.get("nqn"): s for s in self.rpc.call("nvmf_get_subsystems") or [] if isinstance(s, dict)}
+        found: dict[str, bool | None] = {}
+        for nqn in self.nqns:
+            sub = subsystems.get(nqn)
+            found[nqn] = (
+                None
+                if sub is None
+                else any(
+                    all(str(a.get(k, "")).upper() == v.upper() for k, v in self.address.items())
+                    for a in sub.get("listen_addresses", [])
+                    if isinstance(a, dict)
+                )
+            )
+        return found
 
     def _check(self) -> None:
         state_file = remote.state_path(self.name_prefix, "spdk")
         state = remote.read_state(self.host, state_file) or {}
-        if self.nqn not in state.get("subsystems", []) or state.get("socket", self.rpc.socket) != self.rpc.socket:
+        foreign = [n for n in self.nqns if n not in state.get("subsystems", [])]
+        if not self.nqns or foreign or state.get("socket", self.rpc.socket) != self.rpc.socket:
             raise self._refuse(
-                f"SPDK subsystem {self.nqn} on {self.rpc.socket} was not made by fabricqa ({state_file} does not "
-                "list it)",
+                f"SPDK subsystem {foreign[0] if foreign else '(none)'} on {self.rpc.socket} was not made by fabricqa "
+                f"({state_file} does not list it)",
                 "fault a listener of the fabric fabricqa provisioned (faults.target_port_down)",
             )
         try:
-            listening = self._listening()
+            holding = self._holding()
         except (SpdkRpcError, SpdkUnreachable) as exc:
             raise self._refuse(f"the SPDK app cannot be asked ({exc.what})", exc.fix) from None
-        if not listening:
+        self.listening = tuple(n for n in self.nqns if holding.get(n))
+        if not self.listening:
             raise self._refuse(
-                f"{self.nqn} has no listener {self.address['traddr']}:{self.address['trsvcid']} (nothing to take away)",
+                f"no subsystem of {', '.join(self.nqns)} has a listener {self.address['traddr']}:"
+                f"{self.address['trsvcid']} (nothing to take away)",
                 "inject the fault while the fabric is connected",
             )
         self.params = {
-            **self._params(),
+            "nqns": list(self.nqns),
+            "listening": list(self.listening),
+            "listen_address": dict(self.address),
             "socket": self.rpc.socket,
             "mode": self.rpc.mode,
             "timeout": self.rpc.timeout,
         }
-
-    def _timed_call(self, method: str) -> CommandResult:
-        """One RPC call in a command that then prints the host's clock; SPDK's error answer raises."""
-        return self._timed([(method, self._params())])
 
     def _timed(self, calls: list[tuple[str, Mapping[str, Any]]]) -> CommandResult:
         """RPC ``calls`` in one command that then prints the host's clock; any of SPDK's error answers raises."""
@@ -1150,10 +1169,13 @@ class SpdkListenerDown(_RecordedFault):
             ["sh", "-c", TIMED, "sh", *self.rpc.argv(calls)], check=False, timeout=self.rpc.timeout + 30
         )
         body, _, when = result.stdout.rstrip("\n").rpartition("\n")
+        first, _, rest = body.partition("\n")
+        started = first if first.startswith("started ") else ""
+        body = rest if started else body
         responses = self.rpc.responses(CommandResult(result.host, result.argv, result.exit_code, body, result.stderr))
         for (method, params), response in zip(calls, responses + [{}] * (len(calls) - len(responses)), strict=True):
             result_of(self.host.name, method, params, response, "")
-        return CommandResult(result.host, result.argv, 0, when + "\n", result.stderr)
+        return CommandResult(result.host, result.argv, 0, (started and started + "\n") + when + "\n", result.stderr)
 
     def inject(self, undo: UndoStack) -> float:
         """As every fault's (:meth:`_RecordedFault.inject`); an SPDK error answer becomes one line too."""
@@ -1163,12 +1185,14 @@ class SpdkListenerDown(_RecordedFault):
             raise FaultError(self.host.name, f"cannot inject '{self.name}' ({exc.message})", exc.fix) from None
 
     def _inject(self) -> CommandResult:
-        return self._timed_call("nvmf_subsystem_remove_listener")
+        return self._timed(self._listener_calls("nvmf_subsystem_remove_listener", self.listening))
 
     def _restore(self) -> CommandResult:
-        if self._listening() is not False:  # back already, or the subsystem (with the app) is gone
+        holding = self._holding()
+        lost = [n for n in self.listening if holding.get(n) is False]  # not back yet, and the subsystem still there
+        if not lost:
             return self.host.run(["sh", "-c", CLOCK])
-        return self._timed_call("nvmf_subsystem_add_listener")
+        return self._timed(self._listener_calls("nvmf_subsystem_add_listener", lost))
 
 
 class SpdkAnaChange(SpdkListenerDown):
@@ -1189,8 +1213,7 @@ class SpdkAnaChange(SpdkListenerDown):
         listen_address: Mapping[str, str],
         state: str = "inaccessible",
     ) -> None:
-        super().__init__(rpc, name_prefix, nqns[0] if nqns else "", listen_address)
-        self.nqns = nqns
+        super().__init__(rpc, name_prefix, nqns, listen_address)
         self.state = state
         self.before = ""
         where = f"{self.address['trtype']} {self.address['traddr']}:{self.address['trsvcid']}"
@@ -1592,8 +1615,8 @@ def target_port_down(
             "traddr": traddr,
             "trsvcid": str(port or model.nvme.port),
         }
-        nqn = model.nvme.subsystems[0].nqn if model.nvme.subsystems else ""
-        return of_lab(lab, SpdkListenerDown(rpc, model.name_prefix, nqn, listen))
+        nqns = tuple(sub.nqn for sub in model.nvme.subsystems)
+        return of_lab(lab, SpdkListenerDown(rpc, model.name_prefix, nqns, listen))
     raise FaultRefused(
         host.name,
         f"no port fault for {model.kind} targets yet (target {model.name})",

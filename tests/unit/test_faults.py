@@ -69,6 +69,8 @@ class FaultHost(ScriptedHost):
         self.portals: dict[str, str] = {PORTAL: "1"}  # LIO portal -> iser
         self.alua: dict[str, str] = {"iblock_0/fabricqa_nvme0:fabricqa_tpgt_1": "0"}  # backstore:group -> state
         self.listening = True
+        self.spdk_more: list[str] = []  # subsystems the app holds beside the recorded one, with its listeners
+        self.unlisted: set[str] = set()  # subsystems whose listener was removed
         self.spdk_ana = "optimized"  # 10.10.10.19's ANA state on the SPDK app
         self.spdk_ana_reporting = True
         self.spdk_ana_sets: list[str] = []
@@ -186,14 +188,18 @@ class FaultHost(ScriptedHost):
         for method, _params in json.loads(argv[-1]):
             if method == "nvmf_get_subsystems":
                 subsystems = json.loads((DATA / "spdk" / "nvmf_get_subsystems.json").read_text())
-                if not self.listening:
-                    subsystems[1]["listen_addresses"] = []
+                subsystems += [{**subsystems[1], "nqn": nqn} for nqn in self.spdk_more]
+                for sub in subsystems[1:]:
+                    if sub["nqn"] in self.unlisted:
+                        sub["listen_addresses"] = []
                 responses.append({"jsonrpc": "2.0", "id": 1, "result": subsystems})
             elif method == "nvmf_subsystem_remove_listener":
+                self.unlisted.add(_params["nqn"])
                 self.listening = False
                 responses.append({"jsonrpc": "2.0", "id": 1, "result": True})
             elif method == "nvmf_subsystem_add_listener":
-                self.listening = True
+                self.unlisted.discard(_params["nqn"])
+                self.listening = not self.unlisted
                 responses.append({"jsonrpc": "2.0", "id": 1, "result": True})
             elif method == "nvmf_subsystem_get_listeners":
                 # Recorded on the lab: the listeners of a subsystem made with ana_reporting, 10.10.10.19's
@@ -418,12 +424,34 @@ def test_spdk_listener_is_removed_and_added_back_through_the_rpc_client() -> Non
 
     rpc = RpcClient(host, "/var/tmp/spdk.sock")
     address = {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": "4420"}
-    fault = faults.SpdkListenerDown(rpc, "fabricqa", spdk_nqn, address)
+    fault = faults.SpdkListenerDown(rpc, "fabricqa", (spdk_nqn,), address)
     undo = UndoStack()
     assert fault.inject(undo) == float(T_DOWN)
     assert not host.listening and [what for what, _ in host.events] == ["break"]
     assert undo.unwind() == [] and host.listening and host.records() == {}
     assert fault.restore() == float(T_UP)  # listening again: nothing to add
+
+
+def test_spdk_port_down_takes_the_listener_from_every_subsystem_of_ours_and_gives_it_back() -> None:
+    # Issue 29: the port-down removed the listener of the first subsystem only, so a namespace of another subsystem
+    # kept its path through the "down" port.
+    host = FaultHost("vstor")
+    nqns = ("nqn.2026-11.io.fabricqa:spdk-rec", "nqn.2026-11.io.fabricqa:spdk-rec2")
+    host.spdk_more = [nqns[1]]
+    owned(host, "spdk", {"kind": "spdk", "socket": "/var/tmp/spdk.sock", "subsystems": list(nqns), "bdevs": []})
+    from pytest_fabricqa.targets.spdk.jsonrpc import RpcClient
+
+    address = {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": "4420"}
+    fault = faults.SpdkListenerDown(RpcClient(host, "/var/tmp/spdk.sock"), "fabricqa", nqns, address)
+    undo = UndoStack()
+    fault.inject(undo)
+    assert host.unlisted == set(nqns)
+    (record,) = host.events[0][1].values()
+    assert record["params"]["listening"] == list(nqns)
+    # A killed run's record brings every listener back.
+    rebuilt = faults.SpdkListenerDown.from_record(lab(), host, "fabricqa", record)
+    assert rebuilt.listening == nqns
+    assert undo.unwind() == [] and host.unlisted == set() and host.records() == {}
 
 
 SPDK_ANA_ADDRESS = {"trtype": "TCP", "adrfam": "IPv4", "traddr": "10.10.10.19", "trsvcid": "4420"}
@@ -651,7 +679,7 @@ def test_lio_and_spdk_objects_fabricqa_did_not_make_are_refused() -> None:
     from pytest_fabricqa.targets.spdk.jsonrpc import RpcClient
 
     address = {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": "4420"}
-    fault = faults.SpdkListenerDown(RpcClient(host, "/var/tmp/spdk.sock"), "fabricqa", "nqn.x:y", address)
+    fault = faults.SpdkListenerDown(RpcClient(host, "/var/tmp/spdk.sock"), "fabricqa", ("nqn.x:y",), address)
     refused(host, fault, r"SPDK subsystem nqn.x:y on /var/tmp/spdk.sock was not made by fabricqa")
 
 
