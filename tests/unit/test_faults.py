@@ -178,7 +178,9 @@ class FaultHost(ScriptedHost):
             if failed is not None:
                 return failed
             reply = self._rpc(argv[4:])
-            return (reply if isinstance(reply, str) else "") + "\n" + (T_DOWN if breaks else T_UP) + "\n"
+            when = T_DOWN if breaks else T_UP
+            # As TIMED prints: the start, the client's answer, an empty line, the clock after.
+            return f"started {when}\n" + (reply if isinstance(reply, str) else "") + "\n" + when + "\n"
         if script == faults.CLOCK:
             return T_UP + "\n"
         return "" if self.lenient else None
