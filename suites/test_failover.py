@@ -212,6 +212,7 @@ def _outage_case(
                 # every path completed in a sample before it, and each sample of the hold (faulted, others).
                 "faulted_paths": {
                     n: {"traddr": a, "late_ios": result.late_ios.get(n), "before_ios": result.before_ios.get(n),
+                        "before_faulted": result.before_faulted.get(n),
                         "samples": result.samples.get(n)}
                     for n, a in result.faulted.items()
                 },

@@ -405,6 +405,10 @@ class OutageResult:
     """Per host: I/Os that path completed in the fault's last :data:`LATE_SAMPLE_S` s (None: not counted). A path
     that was really taken away completes none; a fault that changed nothing would pass for a clean failover."""
     before_ios: dict[str, int | None] = field(default_factory=dict)
+    before_faulted: dict[str, int | None] = field(default_factory=dict)
+    """Per host: what the path the fault takes away completed in that sample before the fault (None where not
+    counted). 0 is a fault that takes nothing from the host: its I/O ran elsewhere (a target-side fault's port is
+    the one carrying the first host's I/O)."""
     """Per host: I/Os every path completed in a :data:`LATE_SAMPLE_S` s sample before the fault (what a fault's I/O
     must be back to for it to end early, :data:`SETTLED_SAMPLES`); None where not counted."""
     samples: dict[str, list[tuple[int, int] | None]] = field(default_factory=dict)
@@ -554,8 +558,10 @@ def path_outage(
     waited_from = time.monotonic()
     before: dict[str, int | None] | None = None
     if outage in LATE_CHECKED:  # what every path completes before the fault: the rate a settled fault is back to
-        counted = each(hosts, lambda h: sum(path_counts(h, devices[h.name]).values()), check=False)
-        before = result.before_ios = {n: v if isinstance(v, int) else None for n, v in counted.items()}
+        counted = each(hosts, lambda h: path_counts(h, devices[h.name]), check=False)
+        split = {n: None if isinstance(v, BaseException) else _split(v, result.faulted[n]) for n, v in counted.items()}
+        before = result.before_ios = {n: None if v is None else sum(v) for n, v in split.items()}
+        result.before_faulted = {n: None if v is None else v[0] for n, v in split.items()}
     time.sleep(max(0.0, settings.before_s - (time.monotonic() - waited_from)))
     down: dict[str, Any]
     up: dict[str, Any]
@@ -803,6 +809,12 @@ def outage_problems(
         late = result.late_ios.get(host)
         if result.outage in LATE_CHECKED and host in result.faulted:
             to = f"the path to {result.faulted[host]}"
+            if result.before_faulted.get(host) == 0:
+                problems.append(
+                    f"{label}: {to} completed none of {host}'s I/O in a {LATE_SAMPLE_S} s sample before the fault "
+                    f"(the other paths {result.before_ios.get(host)}): the fault took nothing from {host}, so the "
+                    "case measured no failover there"
+                )
             if late is None:
                 problems.append(f"{label}: the I/O of {to} could not be counted during the fault")
             elif late > 0:

@@ -763,6 +763,23 @@ def test_a_fault_whose_path_still_completes_io_at_its_end_fails_the_case(kind: s
     ]
 
 
+@pytest.mark.parametrize("kind", [ANA, PORT])
+def test_a_target_fault_on_a_port_that_carried_none_of_a_hosts_io_fails_for_that_host(kind: str) -> None:
+    """A target-side fault's port is the one carrying the first host's I/O; a host whose I/O ran on another path
+    loses nothing to it, and its quiet late count proves nothing (issue 29)."""
+    result = faulted(kind, 0)
+    result.figures["vnode2"] = replace(one_path("vnode1", first_io_s=6.2), host="vnode2")
+    result.faulted["vnode2"], result.late_ios["vnode2"] = "10.10.10.19", 0
+    result.before_ios, result.before_faulted = {"vnode1": 96, "vnode2": 101}, {"vnode1": 96, "vnode2": 0}
+    assert outage.outage_problems(result, LIMITS, ["vnode1", "vnode2"]) == [
+        "vnode2, fault the active path's link (eth1) down 15 s: the path to 10.10.10.19 completed none of vnode2's "
+        "I/O in a 2 s sample before the fault (the other paths 101): the fault took nothing from vnode2, so the "
+        "case measured no failover there"
+    ]
+    result.before_faulted["vnode2"] = 48  # both hosts' I/O on that port: judged as before
+    assert outage.outage_problems(result, LIMITS, ["vnode1", "vnode2"]) == []
+
+
 def test_the_late_count_is_the_faulted_addresses_paths_from_a_recorded_sample() -> None:
     """ACTIVE_PATH's lines as vnode1 printed them for its dm-multipath map during the ALUA fault (the disk over
     10.10.10.19 unavailable: tests/data/paths/lio-alua-unavailable.vnode1.txt), and an NVMe head's."""
