@@ -69,10 +69,25 @@ SPLAT = re.compile(r"WARNING:|\bBUG\b|Oops|INFO: task|blocked for more than|soft
 """The first line of a kernel splat, whose ``Call Trace:`` follows it."""
 
 
-def storage_entries(text: str, since_s: float) -> list[tuple[float, str]]:
+def _stamp(match: re.Match[str]) -> float:
+    stamp, fraction, zone, _ = match.groups()
+    return datetime.fromisoformat(f"{stamp}{zone}").timestamp() + float(f"0.{fraction or 0}")
+
+
+def last_stamp(text: str) -> float | None:
+    """The time of the newest line of ``dmesg --time-format iso`` output (Unix seconds on the host's clock)."""
+    for line in reversed(text.splitlines()):
+        match = _LINE.match(line)
+        if match is not None:
+            return _stamp(match)
+    return None
+
+
+def storage_entries(text: str, since_s: float, after_s: float | None = None) -> list[tuple[float, str]]:
     """The storage lines of ``dmesg --time-format iso`` output stamped at or after ``since_s`` (Unix seconds on the
-    host's clock, less :data:`SLACK_S`), oldest first, each with its time (Unix seconds on the host's clock) and as
-    ``HH:MM:SS.mmm message``. Lines without a time (a continuation) belong to the line before them."""
+    host's clock, less :data:`SLACK_S`) and after ``after_s`` (the newest line an earlier case's account read: its
+    lines are that case's, never the next one's), oldest first, each with its time (Unix seconds on the host's
+    clock) and as ``HH:MM:SS.mmm message``. Lines without a time (a continuation) belong to the line before them."""
     found: list[tuple[float, str]] = []
     keep = False
     when = 0.0
@@ -82,9 +97,9 @@ def storage_entries(text: str, since_s: float) -> list[tuple[float, str]]:
             if keep and line.strip():
                 found.append((when, f"{'':13}{line.strip()}"))
             continue
-        stamp, fraction, zone, message = match.groups()
-        when = datetime.fromisoformat(f"{stamp}{zone}").timestamp() + float(f"0.{fraction or 0}")
-        keep = when >= since_s - SLACK_S and STORAGE.search(message) is not None
+        stamp, fraction, _, message = match.groups()
+        when = _stamp(match)
+        keep = when >= since_s - SLACK_S and (after_s is None or when > after_s) and STORAGE.search(message) is not None
         if keep:
             found.append((when, f"{stamp[11:]}.{(fraction or '0')[:3]:0<3} {message.strip()}"))
     return found
@@ -98,14 +113,17 @@ def storage_lines(text: str, since_s: float, *, most: int | None = MOST_LINES) -
 
 def read_storage_lines(host: Host, since_s: float, *, most: int | None = MOST_LINES) -> list[str]:
     """One host's storage lines since ``since_s`` (the runner's Unix time); raises what the transport raises."""
-    entries, _ = read_entries(host, since_s)
+    entries, _, _ = read_entries(host, since_s)
     lines = [line for _, line in entries]
     return lines if most is None else lines[-most:]
 
 
-def read_entries(host: Host, since_s: float) -> tuple[list[tuple[float, str]], float]:
+def read_entries(
+    host: Host, since_s: float, after_s: float | None = None
+) -> tuple[list[tuple[float, str]], float, float | None]:
     """One host's storage entries since ``since_s`` (the runner's Unix time, moved onto the host's clock by the
-    clock reading that comes with the log) and that offset (host clock minus the runner's); raises what the
+    clock reading that comes with the log) and after ``after_s`` (the host's clock: see :func:`storage_entries`),
+    that offset (host clock minus the runner's), and the time of the newest line read (any line); raises what the
     transport raises."""
     result = host.run(["sh", "-c", KERNEL_LOG], check=False, timeout=READ_TIMEOUT_S)
     returned = time.time()
@@ -123,7 +141,7 @@ def read_entries(host: Host, since_s: float) -> tuple[list[tuple[float, str]], f
         raise RuntimeError(f"dmesg could not be read ({tail}); it needs root or kernel.dmesg_restrict=0")
     # The host read its clock before the runner saw the answer: the offset errs early, keeping a line or two more.
     offset = 0.0 if host_now is None else host_now - returned
-    return storage_entries(text, since_s + offset), offset
+    return storage_entries(text, since_s + offset, after_s), offset, last_stamp(text)
 
 
 @dataclass(frozen=True)
@@ -135,6 +153,8 @@ class Account:
     lines: dict[str, list[str]] = field(default_factory=dict)
     unread: dict[str, str] = field(default_factory=dict)
     aftermath: dict[str, int] = field(default_factory=dict)
+    read_to: dict[str, float] = field(default_factory=dict)
+    """Per host, the time (its clock) of the newest line this account read: the next case's account starts after it."""
 
     def trouble(self, allow: Sequence[re.Pattern[str]] = ()) -> dict[str, list[str]]:
         """Per host with any, its judged lines that mean trouble (:data:`TROUBLE`, not :data:`BENIGN`) and match no
@@ -162,23 +182,36 @@ class Account:
         return out
 
 
-def account(hosts: Mapping[str, Host], since_s: float, *, judged_from_s: float | None = None) -> Account:
+def account(
+    hosts: Mapping[str, Host],
+    since_s: float,
+    *,
+    judged_from_s: float | None = None,
+    after: Mapping[str, float] | None = None,
+) -> Account:
     """Every host's storage lines since ``since_s`` (the runner's Unix time), read at once; those before
-    ``judged_from_s`` (the runner's time; the end of a fault's aftermath) are counted as aftermath. Never raises."""
-    read = each(hosts.values(), lambda host: read_entries(host, since_s), check=False)
+    ``judged_from_s`` (the runner's time; the end of a fault's aftermath) are counted as aftermath. ``after``: per
+    host, the newest line an earlier account read (:attr:`Account.read_to`): a line the previous case ended with
+    (a fence case's expected reservation conflict, 1 s before the next case began: the full run of 52bec91) is
+    that case's, however near the next one's start. Never raises."""
+    after = after or {}
+    read = each(hosts.values(), lambda host: read_entries(host, since_s, after.get(host.name)), check=False)
     lines: dict[str, list[str]] = {}
     unread: dict[str, str] = {}
     aftermath: dict[str, int] = {}
+    read_to: dict[str, float] = {}
     for name in hosts:
         found = read.get(name)
         if isinstance(found, BaseException):
             unread[name] = str(found)
         elif found is not None:
-            entries, offset = found
+            entries, offset, newest = found
             lines[name] = [line for _, line in entries]
+            if newest is not None:
+                read_to[name] = newest
             if judged_from_s is not None and judged_from_s > since_s:
                 aftermath[name] = sum(1 for when, _ in entries if when < judged_from_s + offset)
-    return Account(lines, unread, aftermath)
+    return Account(lines, unread, aftermath, read_to)
 
 
 def trouble_problems(found: Account, allow: Sequence[re.Pattern[str]] = ()) -> list[str]:

@@ -38,6 +38,7 @@ FABRIC_USED_KEY = pytest.StashKey[bool]()
 WORKLOADS_KEY = pytest.StashKey["list[Workload]"]()
 MEASURE_KEY = pytest.StashKey["MeasurePlan"]()
 KERNEL_KEY: pytest.StashKey[Account] = pytest.StashKey()
+KERNEL_READ_KEY: pytest.StashKey[dict[str, float]] = pytest.StashKey()  # per host, the newest line an account read
 FLOOR_KEY: pytest.StashKey[Floor] = pytest.StashKey()
 REPORT_PLUGIN = "fabricqa-report"  # the name the session's ReportPlugin is registered under
 
@@ -454,18 +455,21 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         began = time.time()
         ended = floor.last_fault_end()
         settled = None if ended is None or lab is None else ended + lab.watch.fault_settle_s
+        read_to = item.config.stash.setdefault(KERNEL_READ_KEY, {})
         try:
             outcome = yield
         except pytest.skip.Exception:
             raise
         except BaseException:
-            item.stash[KERNEL_KEY] = found = kernlog.account(hosts, began, judged_from_s=settled)
+            item.stash[KERNEL_KEY] = found = kernlog.account(hosts, began, judged_from_s=settled, after=read_to)
+            read_to.update(found.read_to)
             amend_case(item, extras={"kernel_log": found.to_dict()})
             raise
         finally:
             if faulted:
                 floor.fault_ended(time.time())
-        item.stash[KERNEL_KEY] = found = kernlog.account(hosts, began, judged_from_s=settled)
+        item.stash[KERNEL_KEY] = found = kernlog.account(hosts, began, judged_from_s=settled, after=read_to)
+        read_to.update(found.read_to)
     problems: list[str] = []
     if not faulted:
         expected = [re.compile(p, re.IGNORECASE) for m in item.iter_markers("fabricqa_kernel_expects") for p in m.args]

@@ -146,3 +146,26 @@ def test_another_warning_and_its_trace_stay_trouble_even_after_an_excused_one() 
     assert kernlog.Account({"vnode1": lines + other}).trouble() == {"vnode1": other}
     hung = ["16:46:20.000 INFO: task kworker/0:1:9 blocked for more than 120 seconds.", "16:46:20.010 Call Trace:"]
     assert kernlog.Account({"vnode1": lines + hung}).trouble() == {"vnode1": hung}
+
+
+def test_lines_an_earlier_case_read_are_never_the_next_cases_however_near_its_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The full run of 52bec91: the fence case's expected conflict, logged ~1 s before the next case began, was in
+    # that case's window (the slack and the clock's offset) and failed it. The fence case's own account read it;
+    # the next one starts after the newest line that account saw. A line after it is judged as before.
+    text = (Path(__file__).parent.parent / "data" / "kernlog" / "vnode1-fence-conflict-iso.txt").read_text()
+    host_now = unix("2026-12-05T21:50:58+00:00")
+    monkeypatch.setattr(kernlog.time, "time", lambda: host_now)
+    fence_ends = ScriptedHost("vnode1", lambda argv: f"{host_now:.6f}\n" + "\n".join(text.splitlines()[:4]) + "\n")
+    fence = kernlog.account({"vnode1": fence_ends}, unix("2026-12-05T21:50:40+00:00"))
+    assert fence.read_to == {"vnode1": unix("2026-12-05T21:50:57.638034+00:00")}
+    host_now = unix("2026-12-05T21:51:04+00:00")
+    later = ScriptedHost("vnode1", lambda argv: f"{host_now:.6f}\n{text}")
+    began = unix("2026-12-05T21:50:58.5+00:00")
+    without = kernlog.account({"vnode1": later}, began)
+    assert "critical nexus error" in " ".join(without.trouble()["vnode1"])  # what failed the case
+    found = kernlog.account({"vnode1": later}, began, after=fence.read_to)
+    assert found.trouble()["vnode1"] == [
+        "21:51:03.114 sd 0:0:0:1: [sda] tag#7 FAILED Result: hostbyte=DID_OK driverbyte=DRIVER_OK cmd_age=30s"
+    ]
