@@ -566,8 +566,11 @@ def path_outage(
     down: dict[str, Any]
     up: dict[str, Any]
     if at_target is None:
-        # Every path of a host: the outage begins when its last path is down and ends when its first is back.
-        down = each(hosts, lambda h: max(link.fire() for link in links[h.name]), check=False)
+        # Every path of a host, one after the other: the fault begins as the first path's break begins (fio's I/O
+        # may stop right there: on iSER under dm-multipath the in-flight I/O sat on the first dropped path and the
+        # stall began 246 ms before the last path's break, outside the fault's lead, in the full run of e5b936b),
+        # and ends when the first path is back.
+        down = each(hosts, lambda h: min([link.fire() for link in links[h.name]]), check=False)
         if outage == LONG:
             # fio ends at the first I/O error (fio 3.33 does despite continue_on_error=all): the paths come back once
             # every host's fio has ended, or after long_down_s at the most. A timeout that fails I/O after 13 s
