@@ -16,7 +16,10 @@ offset O``, after ``fio: got pattern '11', wanted '22'``), and :func:`classify` 
 
 - a well-formed block of an earlier write of the same offset: a lost write or a stale read, naming the write;
 - a well-formed block of another offset: a misdirected write, naming the offset it was meant for;
-- neither: corrupted data, the number of bits that differ from what was written and where the first one is.
+- a torn block: every byte is either the expected write's or an earlier write's of the same offset (a page of the
+  later write kept and the rest lost, as LIO over iSCSI returned on the virtual lab), naming the earlier write and how
+  many pattern units hold it;
+- none of these: corrupted data, the number of bits that differ from what was written and where the first one is.
 
 No pytest here; :class:`Generations` is what a case keeps of the writes it made.
 """
@@ -83,7 +86,7 @@ class Generations:
 
 @dataclass(frozen=True)
 class Finding:
-    """What a block that failed the read-back holds: ``kind`` one of ``earlier-write``, ``misdirected``,
+    """What a block that failed the read-back holds: ``kind`` one of ``earlier-write``, ``torn``, ``misdirected``,
     ``unknown-write``, ``corrupt``, and a sentence saying what it holds (``it holds ...``)."""
 
     kind: str
@@ -115,10 +118,49 @@ def classify(block: bytes, *, expected: Written, offset: int, written: Mapping[i
                 "misdirected",
                 f"{at} holds the block written for offset {held} ({whose}): a misdirected write",
             )
+        torn = _torn(block, want, expected=expected, offset=offset, written=written)
+        if torn is not None:
+            return torn
     differing = [i for i, (a, b) in enumerate(zip(block, want, strict=True)) if a != b]
     bits = sum(bin(block[i] ^ want[i]).count("1") for i in differing)
     return Finding(
         "corrupt",
         f"{at} differs from {expected.text()} in {bits} bit(s) of {len(differing)} byte(s), the first at byte "
         f"{differing[0]} of the block: corrupted data",
+    )
+
+
+def _torn(
+    block: bytes, want: bytes, *, expected: Written, offset: int, written: Mapping[int, Written]
+) -> Finding | None:
+    """A block whose every byte is either ``want``'s or that of one earlier generation's block at ``offset`` (the
+    generation found most often among its whole units), as a ``torn`` finding; None if it is not such a block."""
+    bs = len(block)
+    seen: dict[int, int] = {}
+    for start in range(0, bs - UNIT + 1, UNIT):
+        generation, held = (
+            struct.unpack(">I", block[start : start + 4])[0],
+            struct.unpack("<Q", block[start + 4 : start + UNIT])[0],
+        )
+        if held == offset and generation != expected.generation:
+            seen[generation] = seen.get(generation, 0) + 1
+    if not seen:
+        return None
+    generation = max(seen, key=lambda g: seen[g])
+    other = expected_block(generation, offset, bs)
+    if any(a != w and a != o for a, w, o in zip(block, want, other, strict=True)):
+        return None
+    units = [
+        start // UNIT
+        for start in range(0, bs, UNIT)
+        if any(a != w for a, w in zip(block[start : start + UNIT], want[start : start + UNIT], strict=True))
+    ]
+    total = -(-bs // UNIT)
+    write = written.get(generation)
+    whose = write.text() if write else f"generation 0x{generation:08x}, which this run never wrote"
+    return Finding(
+        "torn",
+        f"it holds {whose} in {len(units)} of {total} pattern units (bytes {units[0] * UNIT} to "
+        f"{min(bs, (units[-1] + 1) * UNIT) - 1} of the block) and the later {expected.text()} in the rest: a torn "
+        f"block, part of a lost write or a stale read",
     )

@@ -97,6 +97,40 @@ def test_a_block_of_an_earlier_write_fails_the_read_back_and_is_named_a_lost_wri
 
 
 @needs_fio
+def test_a_block_that_kept_one_page_of_the_later_write_is_named_a_torn_block_of_the_earlier_write(
+    tmp_path: Path,
+) -> None:
+    # What LIO over iSCSI returned on the virtual lab when the earlier write's block was put back behind it: the
+    # first 4 KiB page of the earlier write, the second of the later one (342 of 683 units held the earlier write).
+    path = tmp_path / "disk"
+    run = gen.Generations()
+    earlier, later = run.new("vnode1", 0), run.new("vnode2", 0)
+    write(path, earlier)
+    stale = block(path, 3 * BS)
+    write(path, later)
+    put(path, 3 * BS, stale[:4096])
+    assert failed_offsets(path, later) == [3 * BS]
+    found = gen.classify(block(path, 3 * BS), expected=later, offset=3 * BS, written=run.written)
+    assert found is not None and found.kind == "torn"
+    assert found.text == (
+        f"it holds vnode1's write 1 of the region at 0 (generation 0x{earlier.generation:08x}) in 342 of 683 "
+        f"pattern units (bytes 0 to 4103 of the block) and the later vnode2's write 2 of the region at 0 "
+        f"(generation 0x{later.generation:08x}) in the rest: a torn block, part of a lost write or a stale read"
+    )
+
+
+def test_a_torn_block_with_a_byte_of_neither_write_is_corrupted_data() -> None:
+    run = gen.Generations()
+    earlier, later = run.new("vnode1", 0), run.new("vnode2", 0)
+    data = bytearray(
+        gen.expected_block(earlier.generation, BS, 4096) + gen.expected_block(later.generation, BS, BS)[4096:]
+    )
+    data[5000] ^= 0x80
+    found = gen.classify(bytes(data), expected=later, offset=BS, written=run.written)
+    assert found is not None and found.kind == "corrupt"
+
+
+@needs_fio
 def test_a_block_written_to_another_offset_is_named_a_misdirected_write(tmp_path: Path) -> None:
     path = tmp_path / "disk"
     run = gen.Generations()
