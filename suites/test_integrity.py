@@ -39,30 +39,36 @@ BLOCK_SIZES = pytest.mark.parametrize("bs", list(ig.BLOCK_SIZES.values()), ids=l
 LABEL = {size: label for label, size in ig.BLOCK_SIZES.items()}
 
 
-def _disk(
-    fabric: Fabric, protocol: str, write_guard: WriteGuard, slots: int, devices: list[ig.SharedDevice] | None = None
-) -> ig.SharedDevice:
-    """The first of ``devices`` (default: every shared writable one), after the write guard passed all of them."""
-    devices = ig.shared_devices(fabric.devices) if devices is None else devices
+def _guarded(fabric: Fabric, protocol: str, write_guard: WriteGuard) -> list[ig.SharedDevice]:
+    """Every shared writable device, after the write guard passed them all."""
+    devices = ig.shared_devices(fabric.devices)
     if not devices:
         pytest.skip(f"{protocol}: the lab marks no exported device writable, so nothing is written")
     write_guard.before_writes(protocol, fabric.devices, fabric.target)
-    problem = ig.room_problem(devices[0], slots, ig.stride(fabric.lab.integrity.region_bytes))
-    if problem is not None:
-        pytest.skip(f"{protocol}: {problem}")
-    return devices[0]
+    return devices
 
 
-def _every_disk(fabric: Fabric, protocol: str, write_guard: WriteGuard, slots: int) -> list[ig.SharedDevice]:
-    """Every shared writable device (each namespace and LUN the lab marks writable), after the write guard passed
-    them all; a case is skipped only when none has the room, and names each that lacks it."""
-    devices = ig.shared_devices(fabric.devices)
-    _disk(fabric, protocol, write_guard, slots, devices[:1])  # the guard over every device, the first's room
+def _roomy(fabric: Fabric, protocol: str, slots: int, devices: list[ig.SharedDevice]) -> list[ig.SharedDevice]:
+    """``devices``, or a skip naming each that has no room for ``slots`` regions."""
     stride = ig.stride(fabric.lab.integrity.region_bytes)
     small = [p for p in (ig.room_problem(d, slots, stride) for d in devices) if p is not None]
     if small:
         pytest.skip(f"{protocol}: " + "; ".join(small))
     return devices
+
+
+def _disk(
+    fabric: Fabric, protocol: str, write_guard: WriteGuard, slots: int, among: list[ig.SharedDevice] | None = None
+) -> ig.SharedDevice:
+    """The first of ``among`` (default: every shared writable device), after the write guard passed all of them."""
+    guarded = _guarded(fabric, protocol, write_guard)
+    return _roomy(fabric, protocol, slots, (guarded if among is None else among)[:1])[0]
+
+
+def _every_disk(fabric: Fabric, protocol: str, write_guard: WriteGuard, slots: int) -> list[ig.SharedDevice]:
+    """Every shared writable device (each namespace and LUN the lab marks writable), after the write guard passed
+    them all; the case is skipped when any lacks the room, naming each that does."""
+    return _roomy(fabric, protocol, slots, _guarded(fabric, protocol, write_guard))
 
 
 def _initiators(fabric: Fabric, device: ig.SharedDevice, lab_hosts: dict[str, Host], least: int) -> list[Host]:

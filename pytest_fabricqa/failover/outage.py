@@ -203,10 +203,11 @@ def parse_path_counts(text: str) -> dict[str, int]:
 
 
 TAKEN_SHARE = 0.5
-"""With every path down, I/O must stop for at least this share of the outage (fio's log reads a stall up to two
-100 ms intervals short, and the outage's start and end are each read a command's time apart from the break): a
-brief outage whose fault stopped nothing is a fault that did not happen, not a seamless one (issue 29). Measured:
-3-7 s for a 2 s outage on the virtual lab."""
+"""With every path down in an outage that I/O resumes from (a brief one, or a long one the hosts queue through), I/O
+must stop for at least this share of the outage (fio's log reads a stall up to two 100 ms intervals short, and the
+outage's start and end are each read a command's time apart from the break): a brief outage whose fault stopped
+nothing is a fault that did not happen, not a seamless one (issue 29). Measured: 3-7 s for a 2 s outage on the
+virtual lab."""
 LATE_SAMPLE_S = 2
 """How long, at the end of a one-path or target-side fault, each host's paths' completions are counted."""
 LATE_MARGIN_S = 2

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_fabricqa.core.errors import FabricQAError
 from pytest_fabricqa.fio.generation import Finding, Generations, Written, classify
 from pytest_fabricqa.fio.verify import Region, VerifyRun, read_blocks, run_verify
 from pytest_fabricqa.initiators.connect import FabricDevice
@@ -198,8 +199,10 @@ def describe(mismatch: Mismatch, writer: str | None = None, finding: Finding | N
 
 def explain(outcome: Outcome, host: Host, device: str, run: VerifyRun) -> None:
     """Read every block ``run`` found wrong from ``device`` on ``host`` and keep what it holds instead of the
-    region's last write (:func:`generation.classify`): an earlier write, another offset's block, flipped bits. A
-    block that cannot be read keeps fio's words alone, and the reason is a problem of its own."""
+    region's last write (:func:`generation.classify`): an earlier write, a torn block, another offset's block,
+    flipped bits. A block that cannot be read (a command's failure, a host gone, a short or garbled read) keeps fio's
+    words alone, and the reason is a problem of its own; any other error is a bug and propagates (the host's read-back
+    then fails as not run)."""
     if run.result is None or run.result.options.get("verify") != "pattern":
         return  # a block checked against itself (crc32c) holds no generation to say which write it was
     by_region = [(r, outcome.last[r]) for r in run.regions if r in outcome.last]
@@ -214,7 +217,7 @@ def explain(outcome: Outcome, host: Host, device: str, run: VerifyRun) -> None:
         offsets = sorted(o for o, (w, _) in wanted.items() if w.bs == bs)
         try:
             blocks = read_blocks(host, device, offsets, bs)
-        except Exception as exc:  # the mismatch stays, in fio's words
+        except (FabricQAError, ValueError) as exc:  # a command failed or the host is gone, or the read came back short
             outcome.problems.append(f"{host.name}: the blocks fio found wrong on {device} could not be read: {exc}")
             continue
         for offset, block in zip(offsets, blocks, strict=True):
