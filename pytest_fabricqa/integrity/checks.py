@@ -27,7 +27,7 @@ from pytest_fabricqa.core.errors import FabricQAError
 from pytest_fabricqa.fio.generation import Finding, Generations, Written, classify
 from pytest_fabricqa.fio.verify import Region, VerifyRun, read_blocks, run_verify
 from pytest_fabricqa.initiators.connect import FabricDevice
-from pytest_fabricqa.report.model import Case, Integrity, Mismatch
+from pytest_fabricqa.report.model import Case, Integrity, Mismatch, Write
 from pytest_fabricqa.transport.base import Host
 from pytest_fabricqa.transport.fanout import each
 
@@ -128,6 +128,8 @@ class Outcome:
     """Each region's last write: the generation its read-back wants."""
     findings: dict[tuple[str, int], Finding] = field(default_factory=dict)
     """(host, block offset) -> what a block that failed that host's read-back held (:func:`explain`)."""
+    merged: list[Written] = field(default_factory=list)
+    """The writes of outcomes merged into this one (their generations are theirs, kept for the report)."""
 
     def merge(self, other: Outcome) -> Outcome:
         """This outcome with ``other``'s (another device's) runs, writers, mismatches and problems added."""
@@ -136,6 +138,7 @@ class Outcome:
         self.expected.extend(other.expected)
         self.problems.extend(other.problems)
         self.findings.update(other.findings)
+        self.merged.extend([*other.merged, *other.generations.written.values()])
         return self
 
     def new_write(self, host: str, written: Region) -> int:
@@ -173,13 +176,18 @@ class Outcome:
         return None
 
     def integrity(self) -> Integrity:
-        """The report's figures: bytes written and verified, every mismatch, the expected ones counted."""
+        """The report's figures: bytes written and verified, every mismatch, the expected ones counted, and every
+        write with its generation."""
         return Integrity(
             bytes_written=sum(r.bytes_written for r in self.runs),
             bytes_verified=sum(r.bytes_verified for r in self.runs),
             mismatches=tuple(m for r in self.runs for m in r.mismatches),
             expected_mismatches=len(self.expected),
             fio_errors=sum(r.fio_errors for r in self.runs),
+            writes=tuple(
+                Write(w.host, w.region_offset, w.number, w.generation)
+                for w in [*self.merged, *self.generations.written.values()]
+            ),
         )
 
 

@@ -274,4 +274,11 @@ def flat_properties(case: Case) -> list[tuple[str, object]]:
             ("integrity.mismatches", len(done.mismatches)),
             ("integrity.expected_mismatches", done.expected_mismatches),
         ]
+        props += [
+            (
+                f"integrity.generation.{_PROPERTY_SAFE.sub('_', w.host)}.{w.region_offset}.{w.number}",
+                f"0x{w.generation:08x}",
+            )
+            for w in done.writes
+        ]
     return props

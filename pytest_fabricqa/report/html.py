@@ -797,7 +797,8 @@ def report_context(run: Run, *, title: str | None = None) -> dict[str, Any]:
 
 
 def integrity_summary(done: Integrity) -> str:
-    """``16 MiB written, 32 MiB verified, no mismatch`` (and the expected ones of the corruption case)."""
+    """``16 MiB written, 32 MiB verified, no mismatch`` (and the expected ones of the corruption case), then each
+    write's generation: ``; generations 0x3a7f0001 (vnode1's write 1 at byte 134,217,728), ...``."""
 
     def mib(n: int) -> str:
         return f"{n / (1 << 20):,.1f} MiB".replace(".0 MiB", " MiB")
@@ -808,6 +809,10 @@ def integrity_summary(done: Integrity) -> str:
     text += f"{unexpected} mismatch{'es' if unexpected != 1 else ''}" if unexpected else "no mismatch"
     if done.expected_mismatches:
         text += f"; {done.expected_mismatches} changed block(s) detected as expected"
+    if done.writes:
+        text += "; generations " + ", ".join(
+            f"0x{w.generation:08x} ({w.host}'s write {w.number} at byte {w.region_offset:,})" for w in done.writes
+        )
     return text
 
 

@@ -96,6 +96,17 @@ class Mismatch:
 
 
 @dataclass(frozen=True)
+class Write:
+    """One write of an integrity case: who wrote the region at ``region_offset``, its number among that region's
+    writes, and its generation (what the region's read-back wanted until a later write)."""
+
+    host: str
+    region_offset: int
+    number: int
+    generation: int
+
+
+@dataclass(frozen=True)
 class Integrity:
     """What an integrity case wrote and read back (:mod:`pytest_fabricqa.integrity.checks`)."""
 
@@ -107,6 +118,8 @@ class Integrity:
     """Blocks the case changed on purpose (the corruption case): found there, they are the expected detection."""
     fio_errors: int = 0
     """fio's own count of failed verifies (``total_err``), beside the mismatches read from its messages."""
+    writes: tuple[Write, ...] = ()
+    """Every write the case made, with its generation (:mod:`pytest_fabricqa.fio.generation`)."""
 
 
 @dataclass(frozen=True)

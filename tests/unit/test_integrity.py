@@ -250,9 +250,22 @@ def test_an_integrity_case_round_trips_and_shows_in_junit_and_html(recorded_layo
     props = dict(flat_properties(case))
     assert props["integrity.bytes_verified"] == 4 << 20 and props["integrity.mismatches"] == 2
     assert props["integrity.expected_mismatches"] == 1
-    assert integrity_summary(case.integrity) == (  # type: ignore[arg-type]
-        "2 MiB written, 4 MiB verified, 1 mismatch; 1 changed block(s) detected as expected"
+    (write,) = outcome.generations.written.values()
+    assert case.integrity is not None and len(case.integrity.writes) == 1
+    assert props[f"integrity.generation.{write.host}.{write.region_offset}.1"] == f"0x{write.generation:08x}"
+    assert integrity_summary(case.integrity) == (
+        "2 MiB written, 4 MiB verified, 1 mismatch; 1 changed block(s) detected as expected; generations "
+        f"0x{write.generation:08x} ({write.host}'s write 1 at byte {write.region_offset:,})"
     )
+
+
+def test_a_case_over_every_device_reports_every_devices_writes_with_their_generations() -> None:
+    first, second = ig.Outcome(), ig.Outcome()
+    one = first.new_write("vnode1", ig.region(0, 8192))
+    two = second.new_write("vnode2", ig.region(0, 8192))
+    third = ig.Outcome().merge(first).merge(second)
+    writes = [(w.host, w.generation) for w in third.integrity().writes]
+    assert writes == [("vnode1", one), ("vnode2", two)]
 
 
 def test_the_labs_region_size_sets_every_checks_region_and_the_room_it_needs(tmp_path: Path) -> None:
