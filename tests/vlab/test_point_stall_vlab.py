@@ -48,6 +48,7 @@ def test_a_path_lost_for_seconds_in_the_middle_of_a_point_fails_that_case(
     data = lab_data()
     data["workloads"]["only"] = [WORKLOAD]
     data["workloads"]["runtime"] = RUNTIME_S
+    data["workloads"].pop("scaling", None)  # the lab's scaling point is not the one selected
     data["thresholds"] = {  # a threshold pattern that matches no selected workload stops the load: keep the others
         protocol: {pattern: limits for pattern, limits in table.items() if fnmatch(WORKLOAD, pattern)}
         for protocol, table in data["thresholds"].items()
@@ -66,12 +67,17 @@ def test_a_path_lost_for_seconds_in_the_middle_of_a_point_fails_that_case(
     undo = UndoStack()
     dropped: dict[str, float] = {}
 
+    ended = threading.Event()  # the run is over: a fault not yet made is never made (full run of 3844c1f: a run
+    # that stopped at a usage error left this thread waiting, and it dropped vnode1's links in a later test)
+
     def drop_mid_point() -> None:
         deadline = time.monotonic() + 600
         idle = _fio_jobs(vnode1)
         while _fio_jobs(vnode1) <= max(idle, 1) and time.monotonic() < deadline:
-            time.sleep(0.5)  # until vnode1's fio server runs the point's job
-        time.sleep(1 + INTO_RUN_S)  # its ramp, then into the measured run
+            if ended.wait(0.5):  # until vnode1's fio server runs the point's job
+                return
+        if ended.wait(1 + INTO_RUN_S):  # its ramp, then into the measured run
+            return
         for link in links:
             link.arm(undo)
         dropped["at"] = max(link.fire() for link in links)
@@ -84,10 +90,11 @@ def test_a_path_lost_for_seconds_in_the_middle_of_a_point_fails_that_case(
     faulting.start()
     try:
         proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=1200)
-        faulting.join(timeout=60)
     finally:
+        ended.set()
+        faulting.join()  # a fault under way finishes (DOWN_S) and is restored before the unwind
         failed = undo.unwind()
-    assert failed == [] and dropped.get("for") == DOWN_S, (failed, dropped, proc.stdout[-3000:])
+    assert failed == [] and dropped.get("for") == DOWN_S, (failed, dropped, proc.stdout[-3000:], proc.stderr[-2000:])
     assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-2000:]
 
     results = json.loads((report / "results.json").read_text())
