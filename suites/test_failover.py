@@ -22,6 +22,10 @@ logs its IOPS every 100 ms; paths go down on every initiator at once and come ba
   it is away, with no error. After an ANA or ALUA change nothing is disconnected, so the stall is the host's reaction
   alone; a port taken away costs the detection of a dead path (for iSCSI/iSER under dm-multipath, the nop-out
   timeouts and recovery_tmo, as for a path's link).
+- ``controller-reset`` (``test_controller_reset``, NVMe-oF): on every initiator the controller of the path carrying
+  the I/O is reset (``nvme reset``, which returns once the controller is live again: its queues torn down and
+  connected again, as blktests' nvme/040 does under I/O). I/O must go on with no I/O error and no verify error;
+  its stall is gated by ``max_stall_s``.
 - ``all-paths-down-brief``: every storage link of each initiator, for less than the path timeout. I/O must stop
   for at least half the outage (else the fault took nothing away: ``outage.TAKEN_SHARE``), then resume with no I/O
   error and no verify error; the stall is gated by the lab's ``max_stall_s``.
@@ -43,7 +47,7 @@ from typing import Any
 
 import pytest
 
-from pytest_fabricqa.core.cases import ALUA, ANA, BRIEF, LONG, LONG_QUEUED, ONE_PATH, OUTAGES, PORT
+from pytest_fabricqa.core.cases import ALUA, ANA, BRIEF, LONG, LONG_QUEUED, ONE_PATH, OUTAGES, PORT, RESET
 from pytest_fabricqa.core.protocols import protocol as protocol_spec
 from pytest_fabricqa.core.undo import UndoStack
 from pytest_fabricqa.fabric.provision import Fabric
@@ -86,6 +90,18 @@ def test_one_path_down(
             "over to (set targets[].paths: all in the lab file to serve it on every storage port of its host)"
         )
     _outage_case(lab, lab_target, protocol, ONE_PATH, fabric, lab_hosts, write_guard, fabricqa_report, request)
+
+
+@pytest.mark.fabricqa_late_in_pair
+def test_controller_reset(
+    lab: LabModel, lab_target: TargetModel, protocol: str, fabric: Fabric, lab_hosts: dict[str, Host],
+    write_guard: WriteGuard, fabricqa_report: Any, request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    """On every initiator the NVMe controller of the path carrying the I/O is reset (``nvme reset``) while fio
+    writes and verifies; I/O must go on with no error, its stall gated like a path's (see the module)."""
+    if protocol_spec(protocol).family != "nvme":
+        pytest.skip(f"{protocol}: a controller reset (nvme reset) is an NVMe-oF fault; this is a SCSI transport")
+    _outage_case(lab, lab_target, protocol, RESET, fabric, lab_hosts, write_guard, fabricqa_report, request)
 
 
 TARGET_SIDE = {ANA: ("nvmet", "spdk"), PORT: ("nvmet", "spdk", "lio", "scst", "tgt"), ALUA: ("lio",)}
@@ -213,7 +229,9 @@ def _outage_case(
                 "faulted_paths": {
                     n: {"traddr": a, "late_ios": result.late_ios.get(n), "before_ios": result.before_ios.get(n),
                         "before_faulted": result.before_faulted.get(n),
-                        "samples": result.samples.get(n)}
+                        "samples": result.samples.get(n),
+                        "shared_before": result.shared_before.get(n),
+                        "failback": result.figures[n].failback if n in result.figures else None}
                     for n, a in result.faulted.items()
                 },
                 "timeouts_applied": {"nvme": settings.nvme.model_dump(), "iscsi": settings.iscsi.model_dump()},

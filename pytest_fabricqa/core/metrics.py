@@ -158,6 +158,16 @@ _ALL: tuple[Metric, ...] = (
         gate="failover",
     ),
     Metric(
+        "failback_s",
+        "failback (s)",
+        "s",
+        False,
+        False,
+        phrase="the faulted path carried I/O again at ",
+        threshold_key="max_failback_s",
+        gate="failover",
+    ),
+    Metric(
         "io_errors",
         "I/O errors",
         "I/O errors",

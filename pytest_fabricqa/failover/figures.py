@@ -185,6 +185,14 @@ class FailoverFigures:
     """The run's longest gap that is not the fault's stall, anywhere in the run (:func:`other_stall`)."""
     before_fault: Stall | None = None
     """The longest gap wholly before the fault, the run's first moments left out (:func:`quiet_before`)."""
+    failback_s: float | None = None
+    """Seconds from the fault's undoing to the end of the first sample in which the faulted path completed I/O
+    (1 s samples, each a command's time apart); None: not seen within the watch, or not watched."""
+    failback: str | None = None
+    """What the failback watch found, a clause after the host: ``None`` when it was not watched (a fault of every
+    path), else how it ended (:func:`pytest_fabricqa.failover.outage.watch_failback`)."""
+    failback_due: bool = False
+    """The faulted path shared the host's I/O with another path before the fault, so it must carry I/O again."""
 
     @property
     def stall_s(self) -> float:
@@ -208,6 +216,8 @@ class FailoverFigures:
             found["first_io_s"] = self.first_io_s
         if self.recovery_s is not None:
             found["recovery_s"] = self.recovery_s
+        if self.failback_s is not None:
+            found["failback_s"] = self.failback_s
         return found
 
 
@@ -311,6 +321,13 @@ def failover_violations(
             f"(the maximum to recovery is {limits.max_recovery_s:g} s)"
         )
         lifted["max_recovery_s"] = None
+    if figures.failback_s is None:
+        # Not watched (a fault of every path), or a path that carried the I/O alone and the policy kept it off:
+        # no figure to hold to a limit. A path that shared the I/O and carried none again is the failback missing.
+        lifted["max_failback_s"] = None
+        if figures.failback_due:
+            seen = figures.failback or "the faulted path carried no I/O again after the fault was undone"
+            found.append(f"{label}: {seen}: no failback")
     found.extend(violations(figures.figures(), limits.model_copy(update=lifted), label=label, gate="failover"))
     before = figures.before_fault
     if before is not None and limits.max_stall_s is not None and before.seconds > limits.max_stall_s:

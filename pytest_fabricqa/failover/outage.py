@@ -33,10 +33,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pytest_fabricqa.core.cases import ANA, BRIEF, LONG, ONE_PATH, PORT, TARGET_OUTAGES
+from pytest_fabricqa.core.cases import ANA, BRIEF, LONG, ONE_PATH, PORT, RESET, TARGET_OUTAGES
 from pytest_fabricqa.core.undo import UndoStack
 from pytest_fabricqa.failover.figures import (
     FAULT_REACH_MS,
@@ -406,12 +406,15 @@ class OutageResult:
     """Per host: I/Os that path completed in the fault's last :data:`LATE_SAMPLE_S` s (None: not counted). A path
     that was really taken away completes none; a fault that changed nothing would pass for a clean failover."""
     before_ios: dict[str, int | None] = field(default_factory=dict)
+    """Per host: I/Os every path completed in a :data:`LATE_SAMPLE_S` s sample before the fault (what a fault's I/O
+    must be back to for it to end early, :data:`SETTLED_SAMPLES`); None where not counted."""
     before_faulted: dict[str, int | None] = field(default_factory=dict)
     """Per host: what the path the fault takes away completed in that sample before the fault (None where not
     counted). 0 is a fault that takes nothing from the host: its I/O ran elsewhere (a target-side fault's port is
     the one carrying the first host's I/O)."""
-    """Per host: I/Os every path completed in a :data:`LATE_SAMPLE_S` s sample before the fault (what a fault's I/O
-    must be back to for it to end early, :data:`SETTLED_SAMPLES`); None where not counted."""
+    shared_before: dict[str, bool] = field(default_factory=dict)
+    """Per host: the faulted path and another both completed I/O in the sample before the fault, so the faulted
+    path must carry I/O again once the fault is undone (the failback, :func:`watch_failback`)."""
     samples: dict[str, list[tuple[int, int] | None]] = field(default_factory=dict)
     """Per host: each sample of the hold, (the faulted path's I/Os, the other paths'); None where it failed."""
     queued: bool = False
@@ -550,6 +553,15 @@ def path_outage(
         links = {h.name: [faults.link_outage(lab, h, name_prefix, chosen[h.name][0])] for h in hosts}
         result.faulted = {name: traddr for name, (_, traddr) in chosen.items()}
         _settled(each(hosts, lambda h: _arm_all(links[h.name], undo)))
+    controllers: dict[str, str] = {}
+    if outage == RESET:  # the controller of the path carrying the I/O, on every host
+        chosen_paths = _settled(each(hosts, lambda h: active_path(h, devices[h.name])))
+        result.faulted = {name: traddr for name, (_, traddr) in chosen_paths.items()}
+        for name, (path, _) in chosen_paths.items():
+            try:
+                controllers[name] = faults.controller_of(path)
+            except ValueError as exc:
+                raise faults.FaultError(name, str(exc), "a controller reset is made on NVMe multipath") from None
     if outage in TARGET_OUTAGES:
         assert target_fault is not None
         traddr = active_path(hosts[0], devices[hosts[0].name])[1]
@@ -563,10 +575,18 @@ def path_outage(
         split = {n: None if isinstance(v, BaseException) else _split(v, result.faulted[n]) for n, v in counted.items()}
         before = result.before_ios = {n: None if v is None else sum(v) for n, v in split.items()}
         result.before_faulted = {n: None if v is None else v[0] for n, v in split.items()}
+        result.shared_before = {n: v is not None and v[0] > 0 and v[1] > 0 for n, v in split.items()}
     time.sleep(max(0.0, settings.before_s - (time.monotonic() - waited_from)))
     down: dict[str, Any]
     up: dict[str, Any]
-    if at_target is None:
+    if outage == RESET:
+        # Each host's reset waits for its controller to be live again: the fault's window is the reset's own.
+        reset = each(hosts, lambda h: faults.reset_controller(h, controllers[h.name]), check=False)
+        down = {n: r if isinstance(r, BaseException) else r[0] for n, r in reset.items()}
+        up = {n: r if isinstance(r, BaseException) else r[1] for n, r in reset.items()}
+        taken = [r[1] - r[0] for r in reset.values() if not isinstance(r, BaseException)]
+        result.down_s = down_s = round(max(taken, default=0.0), 1)
+    elif at_target is None:
         # Every path of a host, one after the other: the fault begins as the first path's break begins (fio's I/O
         # may stop right there: on iSER under dm-multipath the in-flight I/O sat on the first dropped path and the
         # stall began 246 ms before the last path's break, outside the fault's lead, in the full run of e5b936b),
@@ -600,19 +620,39 @@ def path_outage(
         for what, failure in (("made", fired), ("undone", restored)):
             if failure is not None:
                 result.problems.append(f"{at_target.name} could not be {what}: {failure}")
+    watched: dict[str, tuple[float | None, str] | BaseException] = {}
+    watch_began = time.monotonic()
+    if outage in LATE_CHECKED and before is not None:
+        watched = each(
+            hosts,
+            lambda h: watch_failback(
+                h,
+                devices[h.name],
+                result.faulted[h.name],
+                due=result.shared_before.get(h.name, False),
+                wait_s=settings.failback_wait_s,
+            ),
+            check=False,
+        )
     if outage == BRIEF or result.queued:
         # fio runs on until I/O flows again on every host (bounded), so a slow resume is measured as the stall it
         # is rather than cut off by fio's end: a fixed after_s once ended fio while iSER was still logging in
         # again after a brief outage, and the case could only say "I/O did not resume".
         each(hosts, lambda h: wait_for_io(h, devices[h.name], RESUME_WAIT_S), check=False)
-    time.sleep(settings.after_s)
+    time.sleep(max(0.0, settings.after_s - (time.monotonic() - watch_began)))
     each(hosts, lambda h: h.run(["sh", "-c", FIO_END, "sh", folders[h.name]]), check=False)
     for name in [h.name for h in hosts]:
+        if outage == RESET:
+            if isinstance(down[name], BaseException):
+                result.problems.append(f"{name}: the controller reset failed: {down[name]}")
+            continue
         for what, outcome in (("down", down[name]), ("up", up[name])):
             if isinstance(outcome, BaseException):
                 result.problems.append(f"{name}: the storage link could not be brought {what}: {outcome}")
     runs = each(hosts, lambda h: collect_fio(h, folders[h.name], runtime_s + 120), check=False)
-    if outage == ONE_PATH:
+    if outage == RESET:
+        label = f"the active path's controller reset ({', '.join(sorted(set(controllers.values())))})"
+    elif outage == ONE_PATH:
         label = f"the active path's link ({', '.join(sorted({ls[0].interface for ls in links.values()}))}) down"
     elif at_target is not None:
         label = at_target.name
@@ -630,6 +670,12 @@ def path_outage(
         fault = faults.fault_window(label, injected, restored)
         figures, problems, series = _figures(run, fault, round(settings.fault_reach_s * 1000))
         result.problems.extend(problems)
+        seen = watched.get(host.name)
+        if isinstance(seen, BaseException):
+            result.problems.append(f"{host.name}: the faulted path could not be watched for its failback: {seen}")
+        elif seen is not None and figures is not None:
+            due = result.shared_before.get(host.name, False)
+            figures = replace(figures, failback_s=seen[0], failback=seen[1], failback_due=due)
         if figures is not None:
             result.figures[host.name] = figures
         if series is not None:
@@ -695,6 +741,42 @@ def _settled_sample(
         if still != 0 or moved < share * rate:
             return False
     return True
+
+
+FAILBACK_SAMPLE_S = 1
+"""Each failback sample: how long the faulted path's completions are counted."""
+FAILBACK_MIN_IOS = 3
+"""A failback sample counts when the faulted path completed at least this many I/Os in it: a SCSI disk's count
+(``iodone_cnt``) includes multipathd's path checker, whose TEST UNIT READY completes once per polling interval on a
+reinstated path that carries no I/O (iSCSI on LIO, the virtual lab: "1 I/Os in a 1 s sample" 5-8 s after the
+restore); fio at the failover rate puts tens on a path that carries I/O."""
+
+
+def watch_failback(host: Host, device: str, traddr: str, *, due: bool, wait_s: float) -> tuple[float | None, str]:
+    """(seconds from now to the end of the first :data:`FAILBACK_SAMPLE_S` s sample in which the path of ``device``
+    to ``traddr`` completed I/O (:data:`FAILBACK_MIN_IOS`), or None; what was seen, a clause). ``due``: the path shared the host's I/O before
+    the fault, so it is watched for up to ``wait_s``; otherwise one sample is read (whether the I/O goes back to a
+    path that carried it alone is the multipath policy's choice: NVMe's numa keeps the path it moved to)."""
+    began = time.monotonic()
+    while True:
+        done = path_counts(host, device, FAILBACK_SAMPLE_S).get(traddr, 0)
+        if done >= FAILBACK_MIN_IOS:
+            took = round(time.monotonic() - began, 1)
+            return took, (
+                f"the path at {traddr} carried I/O again {took:g} s after the fault was undone ({done} I/Os in a "
+                f"{FAILBACK_SAMPLE_S} s sample)"
+            )
+        if not due or time.monotonic() - began >= wait_s:
+            break
+    if due:
+        return None, (
+            f"the path at {traddr}, which shared the I/O with another path before the fault, carried none within "
+            f"{wait_s:g} s of the fault being undone (failover.failback_wait_s)"
+        )
+    return None, (
+        f"the path at {traddr}, which carried the I/O alone before the fault, carried none in a {FAILBACK_SAMPLE_S} s "
+        "sample after it was undone: the multipath policy kept the I/O on the path it moved to"
+    )
 
 
 def _hold_until_fio_ends(hosts: Sequence[Host], folders: Mapping[str, str], most_s: float) -> float:
@@ -773,7 +855,7 @@ def outage_problems(
     if result.queued:
         queued = {"max_io_errors": None, "max_verify_errors": 0.0, "max_stall_s": None}
         limits = limits.model_copy(update={**queued, "max_first_io_s": None, "max_recovery_s": None})
-    elif result.outage in (BRIEF, ONE_PATH, *TARGET_OUTAGES):
+    elif result.outage in (BRIEF, ONE_PATH, RESET, *TARGET_OUTAGES):
         limits = limits.model_copy(update={"max_io_errors": 0.0, "max_verify_errors": 0.0})
     elif result.outage == LONG:
         lifted = {"max_io_errors": None, "max_verify_errors": None, "max_stall_s": None}
@@ -789,6 +871,8 @@ def outage_problems(
         if figures.pre_fault_iops is None:
             problems.append(f"{label}: no I/O completed before the fault, so nothing was measured")
         resumes = result.outage == BRIEF or result.queued
+        if result.outage == RESET and figures.first_io_s is None:
+            problems.append(f"{label}: I/O did not go on after the controller reset (no I/O completed after it)")
         if resumes and figures.first_io_s is None:
             problems.append(f"{label}: I/O did not resume after the links came back (no I/O completed after it)")
         if result.queued and figures.io_errors:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -247,6 +248,34 @@ class FaultError(ProvisionError):
 
 class FaultRefused(FaultError):
     """A fault on an object this plugin did not make (or cannot safely break) was refused before anything ran."""
+
+
+NVME_PATH_RE = re.compile(r"^nvme\d+c(\d+)n\d+$")
+"""An NVMe multipath path device, ``nvme<subsystem>c<controller>n<namespace>``."""
+
+
+def controller_of(path: str) -> str:
+    """The NVMe controller (``nvme2``) of a multipath path device (``nvme1c2n1``)."""
+    found = NVME_PATH_RE.match(path)
+    if found is None:
+        raise ValueError(f"{path} is no NVMe multipath path device (nvmeXcYnZ)")
+    return f"nvme{found.group(1)}"
+
+
+def reset_controller(host: Host, controller: str) -> tuple[float, float]:
+    """Reset ``controller`` (``nvme2``) on ``host`` as ``nvme reset`` does (NVME_IOCTL_RESET, which waits for the
+    reset to finish and fails unless the controller is live again: the fabrics drivers tear its queues down and
+    connect them again); (host time just before, host time just after). Nothing to undo: the kernel brings the
+    controller back itself, or gives it up after its ``ctrl_loss_tmo``. :class:`FaultError` when the reset fails."""
+    done = host.run(["sh", "-c", TIMED, "sh", "nvme", "reset", f"/dev/{controller}"], check=False, timeout=180)
+    if not done.ok:
+        said = (done.stderr.strip() or done.stdout.strip()).splitlines()
+        raise FaultError(
+            host.name,
+            f"nvme reset /dev/{controller} failed (exit {done.exit_code}: {said[-1] if said else 'no message'})",
+            "the controller must be live to be reset, and come back live (see the kernel log)",
+        )
+    return _started(done, f"nvme reset /dev/{controller}"), _clock(done, f"nvme reset /dev/{controller}")
 
 
 class FaultInjector(Protocol):

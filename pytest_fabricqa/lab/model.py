@@ -660,6 +660,11 @@ class FailoverSettings(_Model):
     every path completed in a sample before the fault, two samples in a row: fio runs at a fixed rate and 2 s
     samples of it vary by a quarter under emulation (174-292 after a pre-fault 223, nvme-tcp on the virtual lab,
     2026-12-03). A lab whose surviving paths are known to be slower sets what they reach."""
+    failback_wait_s: float = Field(30.0, gt=0, le=3600)
+    """After a one-path or target-side fault is undone: how long the faulted path is watched for I/O again, where
+    it shared the host's I/O with another path before the fault (a round-robin or service-time policy over every
+    path: it must carry I/O again, ``failback_s``). Where it carried the host's I/O alone (NVMe's numa policy, a
+    dm-multipath failover group), one sample is read and reported: whether I/O goes back is the policy's choice."""
     long_outage: Literal["fail-fast", "queue"] = "fail-fast"
     """What the hosts do with every path gone for long, the lab's choice (both are valid for RAC):
     ``fail-fast``, I/O fails once the path timeout ran out, so the long outage must show I/O errors on every host;

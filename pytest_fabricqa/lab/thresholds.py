@@ -68,6 +68,7 @@ class Thresholds(BaseModel):
     max_stall_s: float | None = None
     max_first_io_s: float | None = None
     max_recovery_s: float | None = None
+    max_failback_s: float | None = None
     max_io_errors: float | None = None
     max_verify_errors: float | None = None
     max_path_imbalance_pct: float | None = None

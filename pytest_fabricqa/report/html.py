@@ -276,7 +276,9 @@ def _timeseries_chart(case: Case, chart_id: str) -> str | None:
     )
 
 
-FAILOVER_METRICS = ("stall_s", "other_stall_s", "first_io_s", "recovery_s", "io_errors", "verify_errors")
+FAILOVER_METRICS = (
+    "stall_s", "other_stall_s", "first_io_s", "recovery_s", "failback_s", "io_errors", "verify_errors"
+)  # fmt: skip
 """The failover summary's columns, in the order a fault unfolds; ``path_imbalance_pct`` joins them when a case
 measured it (the path parity case)."""
 

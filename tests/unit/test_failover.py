@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -353,4 +354,19 @@ def test_a_pause_before_the_fault_longer_than_the_limit_fails_as_a_lab_that_was_
     assert failover_violations(figures, Thresholds(max_stall_s=2)) == [
         "vnode1, fault port down: the lab was not quiet before the fault: no I/O completed for 3.0 s, 3.0 s before "
         "the fault began (more than the maximum stall, 2 s), so the fault's own stall cannot be told from it"
+    ]
+
+
+def test_a_missing_failback_fails_the_case_only_where_the_path_shared_the_io_and_a_slow_one_breaks_its_limit() -> None:
+    seen = "the path at 10.10.10.19, which shared the I/O with another path before the fault, carried none within 30 s"
+    missing = replace(_thinktime(), failback=seen, failback_due=True)
+    assert failover_violations(missing, Thresholds(max_failback_s=10)) == [
+        f"vnode1, fault thinktime 2 s: {seen}: no failback"
+    ]
+    alone = replace(_thinktime(), failback="the multipath policy kept the I/O on the path it moved to")
+    assert failover_violations(alone, Thresholds(max_failback_s=10)) == []
+    slow = replace(_thinktime(), failback_s=12.5, failback="...", failback_due=True)
+    assert slow.figures()["failback_s"] == 12.5
+    assert failover_violations(slow, Thresholds(max_failback_s=10)) == [
+        "vnode1, fault thinktime 2 s: the faulted path carried I/O again at 12.5 s is above the maximum of 10 s"
     ]

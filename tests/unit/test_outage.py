@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from fakes import Answer, ScriptedHost, answer_files
 
-from pytest_fabricqa.core.cases import ALUA, ANA, BRIEF, LONG, ONE_PATH, PORT
+from pytest_fabricqa.core.cases import ALUA, ANA, BRIEF, LONG, ONE_PATH, PORT, RESET
 from pytest_fabricqa.core.undo import UndoStack
 from pytest_fabricqa.failover import outage
 from pytest_fabricqa.failover.figures import FailoverFigures, fault_stall, measure
@@ -998,3 +998,75 @@ def test_the_labs_settled_share_decides_when_the_moved_io_is_back_to_its_rate(sh
     host = samples((0, 130), pause_s=0.1)
     _, held, _ = outage._hold_counting([host], DEVICES, FAULTED, 5, {"vnode1": 200}, share)
     assert (held < 5) is settles
+
+
+# -- failback (issue 29, item 3) ------------------------------------------------------------------------------------
+
+
+def failback_samples(*faulted: int) -> ScriptedHost:
+    """vnode1 answering each 1 s failback sample with the next count of the faulted path (10.10.10.19)."""
+    given = iter(faulted)
+
+    def script(argv: tuple[str, ...]) -> Answer:
+        assert argv[2] == outage.ACTIVE_PATH and argv[5] == str(outage.FAILBACK_SAMPLE_S)
+        return f"nvme1c0n1\t{next(given, 0)}\ttraddr=10.10.10.19,trsvcid=4420 \nnvme1c1n1\t50\ttraddr=10.10.20.19 \n"
+
+    return ScriptedHost("vnode1", script)
+
+
+def test_a_path_that_shared_the_io_is_watched_until_it_carries_io_again() -> None:
+    host = failback_samples(0, 1, 7)  # 1: the path checker's command, not I/O
+    took, seen = outage.watch_failback(host, "/dev/nvme1n1", "10.10.10.19", due=True, wait_s=30)
+    assert took is not None and len(host.commands) == 3
+    assert seen.startswith("the path at 10.10.10.19 carried I/O again ") and "(7 I/Os in a 1 s sample)" in seen
+
+
+def test_a_path_that_shared_the_io_and_never_carries_it_again_is_named_within_the_wait() -> None:
+    host = failback_samples()
+    took, seen = outage.watch_failback(host, "/dev/nvme1n1", "10.10.10.19", due=True, wait_s=0.01)
+    assert took is None and len(host.commands) >= 1
+    assert seen == (
+        "the path at 10.10.10.19, which shared the I/O with another path before the fault, carried none within "
+        "0.01 s of the fault being undone (failover.failback_wait_s)"
+    )
+
+
+def test_a_path_that_carried_the_io_alone_is_sampled_once_and_not_waited_for() -> None:
+    host = failback_samples(0, 9)
+    took, seen = outage.watch_failback(host, "/dev/nvme1n1", "10.10.10.19", due=False, wait_s=30)
+    assert took is None and len(host.commands) == 1
+    assert seen.endswith("the multipath policy kept the I/O on the path it moved to")
+
+
+# -- controller reset (issue 29, item 4) ------------------------------------------------------------------------------
+
+
+def test_the_controller_of_an_nvme_path_device_is_named_and_a_scsi_disk_is_refused() -> None:
+    assert faults.controller_of("nvme1c2n1") == "nvme2"
+    with pytest.raises(ValueError, match="sdb is no NVMe multipath path device"):
+        faults.controller_of("sdb")
+
+
+def test_a_controller_reset_is_timed_on_the_host_and_a_failed_one_is_an_error_naming_the_controller() -> None:
+    done = ScriptedHost("vnode1", lambda argv: "started 100.25\n\n101.5\n")
+    assert faults.reset_controller(done, "nvme2") == (100.25, 101.5)
+    assert done.commands[0][4:] == ("nvme", "reset", "/dev/nvme2")
+    failed = ScriptedHost(
+        "vnode1",
+        lambda argv: (1, "started 100.25\n\n101.5\n", "Resetting nvme2 failed: Network dropped connection on reset\n"),
+    )
+    with pytest.raises(faults.FaultError, match=r"nvme reset /dev/nvme2 failed \(exit 1: Resetting nvme2 failed"):
+        faults.reset_controller(failed, "nvme2")
+
+
+def test_a_controller_reset_allows_no_error_and_fails_when_io_did_not_go_on() -> None:
+    reset = outage.OutageResult(RESET, 0.4, {"vnode1": one_path("vnode1", first_io_s=0.6)})
+    assert outage.outage_problems(reset, Thresholds(max_io_errors=5), ["vnode1"]) == []
+    errors = outage.OutageResult(RESET, 0.4, {"vnode1": one_path("vnode1", first_io_s=0.6, io_errors=2)})
+    (problem,) = outage.outage_problems(errors, Thresholds(max_io_errors=5), ["vnode1"])
+    assert "2 I/O errors is above the maximum of 0 I/O errors" in problem
+    stuck = outage.OutageResult(RESET, 0.4, {"vnode1": one_path("vnode1", first_io_s=None)})
+    assert outage.outage_problems(stuck, Thresholds(), ["vnode1"]) == [
+        "vnode1, fault the active path's link (eth1) down 15 s: I/O did not go on after the controller reset (no I/O "
+        "completed after it)"
+    ]
