@@ -337,10 +337,12 @@ def _write_records(host: Host, path: str, faults: Mapping[str, Mapping[str, Any]
 
 
 # argv: the lock directory. Takes the fault records' lock on the host (mkdir is atomic: of two sessions or xdist
-# workers updating records there, one waits); a lock older than a minute is a killed holder's and is broken. Gives
+# workers updating records there, one waits), its folder made first (a fresh host has no /run/fabricqa); a lock
+# older than a minute is a killed holder's and is broken. Gives
 # up after 20 s, printing HELD.
 RECORDS_LOCK = r"""
 i=0
+mkdir -p "${1%/*}"
 until mkdir "$1" 2>/dev/null; do
   if [ -n "$(find "$1" -maxdepth 0 -mmin +1 2>/dev/null)" ]; then rmdir "$1" 2>/dev/null; continue; fi
   i=$((i+1))

@@ -1070,3 +1070,14 @@ def test_a_controller_reset_allows_no_error_and_fails_when_io_did_not_go_on() ->
         "vnode1, fault the active path's link (eth1) down 15 s: I/O did not go on after the controller reset (no I/O "
         "completed after it)"
     ]
+
+
+def test_the_fault_records_lock_is_taken_on_a_host_where_nothing_made_its_folder_yet(tmp_path: Path) -> None:
+    # A fresh virtual lab (2026-12-06): /run/fabricqa did not exist on vnode1, `mkdir` of the lock failed for 20 s
+    # and the first failover case read the lock as held by another session.
+    from pytest_fabricqa.transport.local import LocalHost
+
+    records = tmp_path / "run" / "fabricqa" / "fqa-vlab-faults.json"
+    with faults.records_locked(LocalHost("vnode1"), str(records)):
+        assert (records.parent / "faults.lock").is_dir()
+    assert not (records.parent / "faults.lock").exists()
