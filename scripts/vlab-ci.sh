@@ -69,8 +69,19 @@ lint-imports
 pytest tests -m "not vlab" -p no:cacheprovider > fabricqa-unit-tests.log 2>&1 &
 unit_pid=$!
 
+# On a failure, before the lab goes: which guests still run, and the end of each one's serial console (a guest
+# kernel's panic, oops, soft lockup or OOM kill is printed there and nowhere a test can read once the guest is gone).
+guest_report() {
+  echo "== the virtual lab at the failure:"
+  fabricqa-vlab status --lab vlab || true
+  for console in .fabricqa/vlab/vlab/*/console.log; do
+    [ -f "$console" ] || continue
+    echo "-- last 60 lines of $console:"
+    tail -n 60 "$console"
+  done
+}
 fabricqa-vlab up --lab vlab
-trap 'kill "$unit_pid" 2>/dev/null || true; fabricqa-vlab down --lab vlab' EXIT
+trap 'rc=$?; kill "$unit_pid" 2>/dev/null || true; [ "$rc" -eq 0 ] || guest_report; fabricqa-vlab down --lab vlab' EXIT
 stamp "lab up"
 
 # The main job on the default virtual lab (README command 1 is its full form). --durations: where the time goes.

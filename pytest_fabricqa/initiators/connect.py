@@ -22,6 +22,7 @@ from pytest_fabricqa.lab.model import LabModel, TargetModel, iface_name
 from pytest_fabricqa.transport.base import CommandError, Host
 
 DEVICE_TIMEOUT_S = 60.0
+ANSWER_TIMEOUT_S = 15.0  # `true` over SSH: a host that is up answers in well under a second, a TCG guest included
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,14 @@ class Connected:
 def connect_one(lab: LabModel, model: TargetModel, export: Export, host: Host, undo: UndoStack) -> Connected:
     for address in export.addresses:
         if not portal_reachable(host, address, export.port, "rdma" if export.transport == "rdma" else "tcp"):
+            answer = host.run(["true"], check=False, timeout=ANSWER_TIMEOUT_S)
+            if not answer.ok:  # the probe failed because the host itself is gone, not its storage network
+                raise ProvisionError(
+                    host.name,
+                    f"does not answer over SSH any more ({answer.stderr.strip() or f'exit {answer.exit_code}'})",
+                    "check that the host is up (a virtual lab's guest: the end of its console log, "
+                    "`fabricqa-vlab status --lab NAME`)",
+                )
             where = f"targets[{lab.targets.index(model)}]"
             raise ProvisionError(
                 host.name,

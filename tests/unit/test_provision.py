@@ -287,3 +287,36 @@ def test_an_initiator_that_cannot_let_go_leaves_the_fabric_to_be_provisioned_ane
     with pytest.raises(ProvisionError, match=r"vnode1: disconnecting from the iscsi target failed: .*map in use"):
         fabric.reconnect_initiators()
     assert not fabric.connected and fabric.devices == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ((0, "", ""), r"^vnode1: cannot reach the portal 10\.10\.10\.19:4420 \(nvme-rdma\)"),
+        (
+            (124, "", "timed out after 15.0 s"),
+            r"^vnode1: does not answer over SSH any more \(timed out after 15\.0 s\)",
+        ),
+        ((-1, "", ""), r"^vnode1: does not answer over SSH any more \(exit -1\)"),
+    ],
+    ids=["the-storage-network", "a-hung-host", "a-closed-session"],
+)
+def test_a_portal_probe_that_fails_because_the_initiator_is_gone_says_so(
+    answer: tuple[int, str, str], expected: str
+) -> None:
+    """The CI run of 2026-12-06 lost a guest under load and then read 'cannot reach the portal' on every pair that
+    followed: the probe runs over SSH, so a host that no longer answers at all must be told apart from its storage
+    network."""
+    from pytest_fabricqa.core.export import Export, ExportedUnit
+    from pytest_fabricqa.initiators.connect import connect_one
+
+    lab = load_lab(LABS / "vlab.yaml")
+    host = ScriptedHost(
+        "vnode1", lambda argv: (1, "", "") if argv[0] == "ping" else answer if argv == ("true",) else None
+    )
+    export = Export(
+        "nvme-rdma", "rdma", "10.10.10.19", 4420, (ExportedUnit("nqn.x", 1, "ram0", "/dev/ram0", True, False),), "vstor"
+    )
+    with pytest.raises(ProvisionError, match=expected):
+        connect_one(lab, lab.targets[0], export, host, UndoStack())  # type: ignore[arg-type]
+    assert host.commands[0][0] == "ping" and host.commands[1] == ("true",)
