@@ -69,15 +69,16 @@ lint-imports
 pytest tests -m "not vlab" -p no:cacheprovider > fabricqa-unit-tests.log 2>&1 &
 unit_pid=$!
 
-# On a failure, before the lab goes: which guests still run, and the end of each one's serial console (a guest
-# kernel's panic, oops, soft lockup or OOM kill is printed there and nowhere a test can read once the guest is gone).
+# On a failure, before the lab goes: which guests still run and whether each storage NIC is still connected to
+# its switch (fabricqa-vlab status), the switches' logs (each port lost, and why), and the end of each guest's
+# serial console (a guest kernel's panic, oops, soft lockup or OOM kill is printed there and nowhere else).
 guest_report() {
   echo "== the virtual lab at the failure:"
   fabricqa-vlab status --lab vlab || true
-  for console in .fabricqa/vlab/vlab/*/console.log; do
-    [ -f "$console" ] || continue
-    echo "-- last 60 lines of $console:"
-    tail -n 60 "$console"
+  for log in .fabricqa/vlab/vlab/switch*.log .fabricqa/vlab/vlab/*/console.log; do
+    [ -f "$log" ] || continue
+    echo "-- last 40 lines of $log:"
+    tail -n 40 "$log"
   done
 }
 fabricqa-vlab up --lab vlab

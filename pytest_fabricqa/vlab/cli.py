@@ -19,11 +19,12 @@ from pathlib import Path
 
 from pytest_fabricqa.vlab import procs
 from pytest_fabricqa.vlab.image import ImageBuildError, build_image, cache_root
-from pytest_fabricqa.vlab.machine import VirtualLab, VlabError
+from pytest_fabricqa.vlab.machine import VirtualLab, VlabError, guest_network_report, socket_dir
 from pytest_fabricqa.vlab.spec import SpecError, load_spec_json, spec_from_dict
 from pytest_fabricqa.vlab.vendor import VendorBuildError, VendorSourceError
 
 DEFAULT_RUN_DIR = Path(".fabricqa") / "vlab"
+CONSOLE_TAIL_LINES = 40
 
 
 def _log(line: str) -> None:
@@ -44,6 +45,32 @@ def _parser() -> argparse.ArgumentParser:
             "--lab", help="a lab file name (labs/NAME.yaml) or path: its guests, in the run dir pytest uses"
         )
     return parser
+
+
+def _status(state: procs.LabState, run_dir: Path) -> int:
+    """Each process running or gone; for each guest, its storage NICs as QEMU sees them (connected to the switch
+    or not) when its QEMU runs, else the end of its console (a panic is printed there). 1 when anything is gone."""
+    healthy = True
+    for proc in state.processes:
+        alive = procs.alive(proc)
+        healthy &= alive
+        print(f"{proc.role:24} pid {proc.pid:<8} {'running' if alive else 'gone'}")
+    sock_dir = Path(state.sock_dir) if state.sock_dir else socket_dir(run_dir)
+    for proc in state.processes:
+        if not proc.role.startswith("qemu "):
+            continue
+        guest = proc.role.split(" ", 1)[1]
+        if procs.alive(proc):
+            line = guest_network_report(sock_dir, guest)
+            healthy &= "DISCONNECTED" not in line and "does not answer" not in line
+            print(line)
+            continue
+        console = run_dir / guest / "console.log"
+        tail = console.read_text(errors="replace").splitlines()[-CONSOLE_TAIL_LINES:] if console.exists() else []
+        print(f"{guest}: QEMU is gone; the last {len(tail)} lines of {console}:")
+        for text in tail:
+            print(f"  {text}")
+    return 0 if healthy else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,9 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if args.command == "down" else 1
         spec = spec_from_dict(state.spec, str(args.run_dir / procs.STATE_FILE))
         if args.command == "status":
-            for proc in state.processes:
-                print(f"{proc.role:24} pid {proc.pid:<8} {'running' if procs.alive(proc) else 'gone'}")
-            return 0 if all(procs.alive(p) for p in state.processes) else 1
+            return _status(state, args.run_dir.resolve())
         VirtualLab(spec, args.run_dir.resolve(), None, state).stop()
         print(f"lab {spec.name} stopped")
         return 0

@@ -32,6 +32,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from pytest_fabricqa.core.errors import FabricQAError
 from pytest_fabricqa.transport.base import CommandError, CommandResult
@@ -371,6 +372,57 @@ def _qmp_quit(path: Path) -> None:
             stream.write(json.dumps({"execute": command}).encode() + b"\n")
             stream.flush()
             stream.readline()
+
+
+def _qmp_human(path: Path, command_line: str) -> str:
+    """What QEMU's monitor prints for ``command_line`` (``info network``, say), asked through the QMP socket."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(3)
+        sock.connect(str(path))
+        stream = sock.makefile("rwb")
+        stream.readline()  # greeting
+        answer: dict[str, Any] = {}
+        for command in (
+            {"execute": "qmp_capabilities"},
+            {"execute": "human-monitor-command", "arguments": {"command-line": command_line}},
+        ):
+            stream.write(json.dumps(command).encode() + b"\n")
+            stream.flush()
+            answer = {}
+            while "return" not in answer and "error" not in answer:  # events may come first
+                line = stream.readline()
+                if not line:
+                    raise OSError("QMP closed the connection")
+                answer = json.loads(line)
+        return str(answer.get("return", answer.get("error", "")))
+
+
+def storage_links(info_network: str) -> dict[str, bool]:
+    """Each storage netdev of ``info network``'s text and whether it is still connected to its switch.
+
+    A ``stream`` netdev names its socket (``unix:/.../switch.sock``) while connected; QEMU 7.2 blanks that once the
+    connection ends and never reconnects it (``reconnect`` came in 8.0), so the guest's link is dead for good.
+    """
+    links = {}
+    for line in info_network.splitlines():
+        name, _, rest = line.strip().removeprefix("\\").strip().partition(": ")
+        if "type=stream" in rest or "type=vde" in rest:
+            links[name] = "unix:" in rest or "sock=" in rest
+    return links
+
+
+def guest_network_report(sock_dir: Path, guest: str) -> str:
+    """One line on ``guest``'s storage NICs as its QEMU sees them: each connected to its switch or not."""
+    try:
+        links = storage_links(_qmp_human(sock_dir / f"{guest}.qmp", "info network"))
+    except (OSError, ValueError) as exc:
+        return f"{guest}: QEMU's monitor does not answer ({exc})"
+    if not links:
+        return f"{guest}: QEMU lists no storage NIC"
+    return f"{guest}: " + ", ".join(
+        f"{name} {'connected to its switch' if up else 'DISCONNECTED from its switch (dead until the lab restarts)'}"
+        for name, up in links.items()
+    )
 
 
 class VirtualLab:

@@ -8,6 +8,10 @@ this switch passes frames up to 65535 bytes. Frames never leave the UNIX socket:
 Run as ``python -m pytest_fabricqa.vlab.switch SOCKET``; it exits on SIGTERM or when its socket file is
 removed. A port that does not read (a hung guest) loses frames beyond :data:`MAX_QUEUE` bytes, like a real
 switch under congestion, instead of growing without bound.
+
+It logs to stderr (the lab's ``switch.log``) each port it accepts, with the QEMU process on the other end, and
+each port it loses and why: a guest's storage NIC whose connection ends is dead until the lab restarts (QEMU 7.2
+does not reconnect a stream netdev), and this log is where that shows.
 """
 
 from __future__ import annotations
@@ -17,20 +21,45 @@ import os
 import selectors
 import signal
 import socket
+import struct
 import sys
+import time
 from pathlib import Path
 
 MAX_FRAME = 65535
 MAX_QUEUE = 8 * 1024 * 1024
 RECV_BYTES = 256 * 1024
 BROADCAST_BIT = 0x01  # the group bit of the first destination byte: broadcast and multicast
+CONGESTION_LOG_S = 10.0  # at most one line per port this often about the frames congestion dropped
+
+
+def log(line: str) -> None:
+    """One timestamped line on stderr (stdout is closed once the parent has read ``ready``)."""
+    os.write(2, f"{time.strftime('%H:%M:%S')} {line}\n".encode(errors="replace"))
+
+
+def peer_name(sock: socket.socket) -> str:
+    """The process at the other end of a UNIX socket: ``pid N (its -name)`` when /proc tells, else ``pid N``."""
+    try:
+        pid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+    except OSError:
+        return "an unknown peer"
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return f"pid {pid}"
+    name = argv[argv.index(b"-name") + 1].decode(errors="replace") if b"-name" in argv[:-1] else ""
+    return f"pid {pid} ({name})" if name else f"pid {pid}"
 
 
 class _Port:
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, number: int) -> None:
         self.sock = sock
+        self.name = f"port {number}, {peer_name(sock)}"
         self.inbuf = bytearray()
         self.outbuf = bytearray()
+        self.congested = 0  # frames dropped since the last congestion line
+        self.congestion_logged = 0.0
 
 
 class Switch:
@@ -47,6 +76,7 @@ class Switch:
         self.ports: list[_Port] = []
         self.mac_table: dict[bytes, _Port] = {}
         self.running = True
+        self.accepted = 0
 
     def serve(self) -> None:
         """Forward frames until stopped (SIGTERM) or the socket file disappears."""
@@ -63,7 +93,7 @@ class Switch:
             if not self.path.exists():
                 self.running = False
         for port in list(self.ports):
-            self._drop(port)
+            self._drop(port, "the switch stops")
         self.listener.close()
         with contextlib.suppress(OSError):
             self.path.unlink()
@@ -74,11 +104,18 @@ class Switch:
         except BlockingIOError:
             return
         sock.setblocking(False)
-        port = _Port(sock)
+        self.accepted += 1
+        port = _Port(sock, self.accepted)
         self.ports.append(port)
         self.selector.register(sock, selectors.EVENT_READ, port)
+        log(f"{port.name}: connected")
 
-    def _drop(self, port: _Port) -> None:
+    def _drop(self, port: _Port, why: str) -> None:
+        if port in self.ports:
+            log(
+                f"{port.name}: dropped: {why}"
+                + (f" ({port.congested} frames to it lost to congestion before)" if port.congested else "")
+            )
         with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(port.sock)
         port.sock.close()
@@ -92,17 +129,18 @@ class Switch:
             data = port.sock.recv(RECV_BYTES)
         except BlockingIOError:
             return
-        except OSError:
-            data = b""
+        except OSError as exc:
+            self._drop(port, f"reading failed ({exc})")
+            return
         if not data:
-            self._drop(port)
+            self._drop(port, "the peer closed the connection")
             return
         buf = port.inbuf
         buf += data
         while len(buf) >= 4:
             size = int.from_bytes(buf[:4], "big")
-            if size > MAX_FRAME:
-                self._drop(port)  # a peer that does not speak the framing: cut it off
+            if size > MAX_FRAME:  # a peer that does not speak the framing: cut it off
+                self._drop(port, f"a frame of {size} bytes announced, over {MAX_FRAME}: the framing is lost")
                 return
             if len(buf) < 4 + size:
                 break
@@ -123,9 +161,18 @@ class Switch:
             if port is source:
                 continue
             if len(port.outbuf) + len(record) > MAX_QUEUE:
-                continue  # congestion drop
+                self._congested(port)
+                continue
             port.outbuf += record
             self._flush(port)
+
+    def _congested(self, port: _Port) -> None:
+        """A frame to ``port`` dropped because it has not read :data:`MAX_QUEUE` bytes: counted, logged now and then."""
+        port.congested += 1
+        now = time.monotonic()
+        if now - port.congestion_logged >= CONGESTION_LOG_S:
+            log(f"{port.name}: {port.congested} frames to it dropped, {len(port.outbuf)} bytes unread (congestion)")
+            port.congestion_logged, port.congested = now, 0
 
     def _flush(self, port: _Port) -> None:
         if port.outbuf:
@@ -133,8 +180,8 @@ class Switch:
                 sent = port.sock.send(port.outbuf)
             except BlockingIOError:
                 sent = 0
-            except OSError:
-                self._drop(port)
+            except OSError as exc:
+                self._drop(port, f"sending failed ({exc})")
                 return
             del port.outbuf[:sent]
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if port.outbuf else 0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shlex
 import socket
@@ -38,6 +39,7 @@ from pytest_fabricqa.vlab.machine import (
     lab_forwarding,
     qemu_argv,
     socket_dir,
+    storage_links,
 )
 from pytest_fabricqa.vlab.spec import (
     Drive,
@@ -723,3 +725,47 @@ def test_the_lab_forwarding_a_port_is_read_from_its_qemu_command_line(tmp_path: 
     assert lab_forwarding(22191, tmp_path / "proc") == run_dir
     assert lab_forwarding(22192, tmp_path / "proc") is None
     assert lab_forwarding(221910, tmp_path / "proc") == Path("/x/vlab/other")
+
+
+def test_the_switch_logs_each_port_and_why_it_lost_one(tmp_path: Path) -> None:
+    """A storage NIC whose switch connection ends is dead until the lab restarts (QEMU 7.2 does not reconnect), so
+    the switch's log names every port it accepted (with the process on the other end) and why it dropped one."""
+    path = tmp_path / "switch.sock"
+    log = tmp_path / "switch.log"
+    with log.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pytest_fabricqa.vlab.switch", str(path)],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            cwd=Path(image_mod.__file__).parents[2],
+        )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        garbled, leaving = (socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2))
+        for sock in (garbled, leaving):
+            sock.settimeout(5)
+            sock.connect(str(path))
+        garbled.sendall((70000).to_bytes(4, "big"))  # a length no frame has: the stream is out of step
+        leaving.close()
+        deadline = time.monotonic() + 10
+        while log.read_text().count("dropped") < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
+    lines = log.read_text().splitlines()
+    me = f"pid {os.getpid()}"
+    assert any(line.endswith(f"port 1, {me}: connected") for line in lines), lines
+    assert any(
+        f"port 1, {me}: dropped: a frame of 70000 bytes announced, over 65535: the framing is lost" in line
+        for line in lines
+    ), lines
+    assert any(line.endswith(f"port 2, {me}: dropped: the peer closed the connection") for line in lines), lines
+
+
+def test_the_lab_status_tells_a_storage_nic_cut_from_its_switch() -> None:
+    """``fabricqa-vlab status`` reads QEMU's ``info network`` (recorded, tests/data/vlab/README.md): a stream
+    netdev that no longer names its socket is a NIC whose link is gone for good."""
+    data = Path(__file__).parents[1] / "data" / "vlab"
+    assert storage_links((data / "info-network.txt").read_text()) == {"storage": True, "storage2": True}
+    assert storage_links((data / "info-network-disconnected.txt").read_text()) == {"storage": False, "storage2": True}
