@@ -1,12 +1,15 @@
 """Issue 29, item 10 on the virtual lab: a path lost for a few seconds in the middle of a performance point fails
-that case, though the point still meets its figures' limits and the kernel has nothing to say.
+that case, though the point still meets its figures' limits.
 
 The performance suite runs as a user runs it (pytest against the session's lab, one 20 s random-read point over
-nvme-tcp on nvmet); 4 s into its measured run every frame on vnode1's storage links is dropped for 10 s (the
-lab's ``outage_by: drop`` fault, recorded and undone as the failover suite's are), then they flow again. That is
-shorter than the guests' NVMe I/O timeout (30 s) and keep-alive, so no I/O fails and the kernel logs no error
-(what issue 29 saw on an 8 s outage: the case passed); only the point's own IOPS log shows the gap, and the
-case must fail naming vnode1 and when.
+nvme-tcp on nvmet); 4 s into its measured run every frame on the target's storage links is dropped for 10 s (the
+lab's ``outage_by: drop`` fault, recorded and undone as the failover suite's are), then they flow again. Only the
+point's own IOPS logs show the gap, and the case must fail naming both initiators and how long.
+
+The fault is on the target's side, not an initiator's: the point's fio client runs on the first initiator and
+reaches the other's ``fio --server`` over the storage network, and fio's client gives up on a server that answers
+no command for 5 s (FIO_NET_CLIENT_TIMEOUT), so an initiator's links dropped for 10 s ended the point as "server
+vnode2 ... reported no job" (vlab tests on f5fc26d) instead of a stall. The target's links carry none of that.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ def test_a_path_lost_for_seconds_in_the_middle_of_a_point_fails_that_case(
     ]  # fmt: skip
     vnode1 = hosts["vnode1"]
     prefix = lab.target_for("nvme-tcp", "nvmet").name_prefix
-    links = [faults.link_outage(lab, vnode1, prefix, p.interface) for p in lab.hosts["vnode1"].storage]
+    links = [faults.link_outage(lab, hosts["vstor"], prefix, p.interface) for p in lab.hosts["vstor"].storage]
     undo = UndoStack()
     dropped: dict[str, float] = {}
 
@@ -101,10 +104,9 @@ def test_a_path_lost_for_seconds_in_the_middle_of_a_point_fails_that_case(
     (case,) = [c for c in results["cases"] if c["case_id"] == f"nvme-tcp-nvmet-{WORKLOAD}"]
     assert case["verdict"] == "failed"
     stalled = [v for v in case["violations"] if "no I/O completed for" in v]
-    assert [v.split(":")[0] for v in stalled] == ["vnode1"], case["violations"]
-    seconds = case["extras"]["stalls"]["hosts"]["vnode1"]["seconds"]
-    assert DOWN_S - 3 <= seconds <= DOWN_S + 10, case["extras"]["stalls"]
-    # The figures' own limits did not see it (the point is what a qualification would have passed), and vnode2,
-    # whose links stayed up, ran on.
+    assert sorted(v.split(":")[0] for v in stalled) == ["vnode1", "vnode2"], case["violations"]
+    for host in ("vnode1", "vnode2"):
+        seconds = case["extras"]["stalls"]["hosts"][host]["seconds"]
+        assert DOWN_S - 3 <= seconds <= DOWN_S + 10, case["extras"]["stalls"]
+    # The figures' own limits did not see it: the point is what a qualification would have passed.
     assert not [v for v in case["violations"] if v not in stalled and "kernel logged" not in v], case["violations"]
-    assert case["extras"]["stalls"]["hosts"].get("vnode2", {}).get("seconds", 0) <= data["watch"]["max_point_stall_s"]
