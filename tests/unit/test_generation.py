@@ -77,17 +77,23 @@ def test_fio_writes_what_expected_block_says(tmp_path: Path) -> None:
     assert failed_offsets(path, written) == []
 
 
-@needs_fio
-def test_a_block_of_an_earlier_write_fails_the_read_back_and_is_named_a_lost_write(tmp_path: Path) -> None:
-    path = tmp_path / "disk"
+def stale_behind(path: Path, offset: int, keep: int = BS) -> tuple[gen.Written, gen.Written, gen.Finding | None]:
+    """vnode1 writes the region, vnode2 writes it again, then the first ``keep`` bytes of vnode1's block at
+    ``offset`` are put back (what a target that lost the later write, or served a stale copy, returns); the
+    later write's read-back must fail there alone. (earlier, later, what :func:`gen.classify` says of the block)."""
     run = gen.Generations()
     earlier, later = run.new("vnode1", 0), run.new("vnode2", 0)
     write(path, earlier)
-    stale = block(path, 5 * BS)
+    stale = block(path, offset)
     write(path, later)
-    put(path, 5 * BS, stale)  # what a target that lost the later write, or served a stale copy, returns
-    assert failed_offsets(path, later) == [5 * BS]
-    found = gen.classify(block(path, 5 * BS), expected=later, offset=5 * BS, written=run.written)
+    put(path, offset, stale[:keep])
+    assert failed_offsets(path, later) == [offset]
+    return earlier, later, gen.classify(block(path, offset), expected=later, offset=offset, written=run.written)
+
+
+@needs_fio
+def test_a_block_of_an_earlier_write_fails_the_read_back_and_is_named_a_lost_write(tmp_path: Path) -> None:
+    earlier, later, found = stale_behind(tmp_path / "disk", 5 * BS)
     assert found is not None and found.kind == "earlier-write"
     assert found.text == (
         f"it holds vnode1's write 1 of the region at 0 (generation "
@@ -102,15 +108,7 @@ def test_a_block_that_kept_one_page_of_the_later_write_is_named_a_torn_block_of_
 ) -> None:
     # What LIO over iSCSI returned on the virtual lab when the earlier write's block was put back behind it: the
     # first 4 KiB page of the earlier write, the second of the later one (342 of 683 units held the earlier write).
-    path = tmp_path / "disk"
-    run = gen.Generations()
-    earlier, later = run.new("vnode1", 0), run.new("vnode2", 0)
-    write(path, earlier)
-    stale = block(path, 3 * BS)
-    write(path, later)
-    put(path, 3 * BS, stale[:4096])
-    assert failed_offsets(path, later) == [3 * BS]
-    found = gen.classify(block(path, 3 * BS), expected=later, offset=3 * BS, written=run.written)
+    earlier, later, found = stale_behind(tmp_path / "disk", 3 * BS, keep=4096)
     assert found is not None and found.kind == "torn"
     assert found.text == (
         f"it holds vnode1's write 1 of the region at 0 (generation 0x{earlier.generation:08x}) in 342 of 683 "
