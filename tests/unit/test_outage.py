@@ -833,14 +833,14 @@ def test_the_long_outage_ends_once_fio_has_ended_on_every_host() -> None:
     assert outage._hold_until_fio_ends(never, folders, 1.5) >= 1.5  # at most long_down_s, then the paths come back
 
 
-def samples(*counts: tuple[int, int], pause_s: float = 0.0) -> ScriptedHost:
-    """vnode1 answering each ACTIVE_PATH sample with the next (faulted path's, other path's) counts, the last one
-    again once they run out (lines as an NVMe head's, recorded on the lab)."""
+def samples(*counts: tuple[int, int], pause_s: float = 0.0, seconds: float = outage.LATE_SAMPLE_S) -> ScriptedHost:
+    """vnode1 answering each ACTIVE_PATH sample of ``seconds`` with the next (faulted path's, other path's) counts,
+    the last one again once they run out (lines as an NVMe head's, recorded on the lab)."""
     given = iter(counts)
     last: list[tuple[int, int]] = []
 
     def script(argv: tuple[str, ...]) -> Answer:
-        assert argv[2] == outage.ACTIVE_PATH and argv[5] == str(outage.LATE_SAMPLE_S)
+        assert argv[2] == outage.ACTIVE_PATH and argv[5] == str(seconds)
         time.sleep(pause_s)
         faulted, other = next(given, last[0] if last else (0, 0))
         last[:] = [(faulted, other)]
@@ -1004,14 +1004,9 @@ def test_the_labs_settled_share_decides_when_the_moved_io_is_back_to_its_rate(sh
 
 
 def failback_samples(*faulted: int) -> ScriptedHost:
-    """vnode1 answering each 1 s failback sample with the next count of the faulted path (10.10.10.19)."""
-    given = iter(faulted)
-
-    def script(argv: tuple[str, ...]) -> Answer:
-        assert argv[2] == outage.ACTIVE_PATH and argv[5] == str(outage.FAILBACK_SAMPLE_S)
-        return f"nvme1c0n1\t{next(given, 0)}\ttraddr=10.10.10.19,trsvcid=4420 \nnvme1c1n1\t50\ttraddr=10.10.20.19 \n"
-
-    return ScriptedHost("vnode1", script)
+    """vnode1 answering each 1 s failback sample with the next count of the faulted path (10.10.10.19), none once
+    they run out, the other path at 50."""
+    return samples(*((n, 50) for n in faulted), (0, 50), seconds=outage.FAILBACK_SAMPLE_S)
 
 
 def test_a_path_that_shared_the_io_is_watched_until_it_carries_io_again() -> None:
