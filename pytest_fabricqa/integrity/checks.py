@@ -128,8 +128,8 @@ class Outcome:
     """Each region's last write: the generation its read-back wants."""
     findings: dict[tuple[str, int], Finding] = field(default_factory=dict)
     """(host, block offset) -> what a block that failed that host's read-back held (:func:`explain`)."""
-    merged: list[Written] = field(default_factory=list)
-    """The writes of outcomes merged into this one (their generations are theirs, kept for the report)."""
+    writes: list[Written] = field(default_factory=list)
+    """Every write of this check in order, with those of the outcomes merged into it (for the report)."""
 
     def merge(self, other: Outcome) -> Outcome:
         """This outcome with ``other``'s (another device's) runs, writers, mismatches and problems added."""
@@ -138,13 +138,14 @@ class Outcome:
         self.expected.extend(other.expected)
         self.problems.extend(other.problems)
         self.findings.update(other.findings)
-        self.merged.extend([*other.merged, *other.generations.written.values()])
+        self.writes.extend(other.writes)
         return self
 
     def new_write(self, host: str, written: Region) -> int:
         """The generation of ``host``'s next write of ``written``, kept as the one its read-backs want."""
         self.writers[written] = host
         self.last[written] = self.generations.new(host, written.offset)
+        self.writes.append(self.last[written])
         return self.last[written].generation
 
     def wanted(self, regions: Sequence[Region]) -> list[int]:
@@ -184,10 +185,7 @@ class Outcome:
             mismatches=tuple(m for r in self.runs for m in r.mismatches),
             expected_mismatches=len(self.expected),
             fio_errors=sum(r.fio_errors for r in self.runs),
-            writes=tuple(
-                Write(w.host, w.region_offset, w.number, w.generation)
-                for w in [*self.merged, *self.generations.written.values()]
-            ),
+            writes=tuple(Write(w.host, w.region_offset, w.number, w.generation) for w in self.writes),
         )
 
 
