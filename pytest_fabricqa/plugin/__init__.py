@@ -6,6 +6,7 @@ Without ``--lab`` the plugin does nothing: its fixtures exist but nothing parame
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
@@ -168,6 +169,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[LAB_KEY] = None
         return
     try:
+        _check_rootdir_not_taken_from_an_option(config)
         path = resolve_lab_path(value, config.rootpath, config.getini("fabricqa_labs_dir") or None)
         lab = load_lab(path)
         protocols = _selected_protocols(lab, config.getoption("protocol"), path)
@@ -410,6 +412,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         key=_pair_of,
         last=_late_rank,
     )
+
+
+PATH_OPTIONS = ("--lab", "--report-dir", "--baseline", "--save-baseline")
+"""The plugin's options that take a path: written with a space, pytest may read the path as a test path."""
+
+
+def _check_rootdir_not_taken_from_an_option(config: pytest.Config) -> None:
+    """Refuse a run whose rootdir pytest took from one of :data:`PATH_OPTIONS`' values.
+
+    pytest picks the rootdir before it loads plugins, so in ``--report-dir /tmp/out`` it reads ``/tmp/out`` (once the
+    folder exists) as a test path, and with no ini file above it the rootdir becomes that folder: the lab's
+    ``labs/``, the ini file's settings and the virtual lab's state are then looked for there. Seen as "unknown lab
+    name (no lab files in /tmp/out/labs)" on the second run of the same command.
+    """
+    if config.inipath is not None or config.rootpath == config.invocation_params.dir:
+        return  # an ini file set the rootdir, or it is where the command ran: the option changed nothing
+    args = list(config.invocation_params.args)
+    for option, value in itertools.pairwise(args):
+        if option not in PATH_OPTIONS:
+            continue
+        given = Path(config.invocation_params.dir, value).resolve()
+        if config.rootpath in (given, given.parent):
+            raise UserError(
+                f"{option} {value}: pytest read {value} as a test path before the plugin was loaded and made "
+                f"{config.rootpath} its rootdir (no ini file there), so the lab files, the ini settings and the "
+                f"suites are looked for in the wrong place; write {option}={value}"
+            )
 
 
 def _floor(config: pytest.Config) -> Floor:

@@ -118,6 +118,28 @@ def test_usage_errors_are_one_line_exit_4(pytester: pytest.Pytester, args: list[
     assert "Traceback" not in output
 
 
+def test_a_path_option_that_pytest_took_for_the_rootdir_is_one_line_saying_to_write_it_with_an_equals_sign(
+    pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """pytest picks the rootdir before plugins load: with ``--report-dir DIR`` (a space) and DIR existing outside
+    the folder, DIR became the rootdir and the second run of the same command said "unknown lab name (no lab files
+    in DIR/labs)". Refused in one line naming the fix; the ``=`` form, and a lab file in the folder itself given
+    with a space, run as before."""
+    pytester.mkdir("labs")
+    shutil.copy(ROOT / "labs" / "rac3.yaml", pytester.path / "labs" / "rac3.yaml")
+    shutil.copy(ROOT / "labs" / "rac3.yaml", pytester.path / "mylab.yaml")
+    pytester.makepyfile("def test_x():\n    pass\n")
+    out = tmp_path_factory.mktemp("report")
+    result = pytester.runpytest_subprocess("--lab=rac3", "--report-dir", str(out), "--co", "-q")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"ERROR: --report-dir {out}: pytest read {out} as a test path * write --report-dir={out}"]
+    )
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert pytester.runpytest_subprocess("--lab=rac3", f"--report-dir={out}", "--co", "-q").ret == 0
+    assert pytester.runpytest_subprocess("--lab", "mylab.yaml", "--co", "-q").ret == 0
+
+
 def test_invalid_lab_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
     lab = pytester.path / "broken.yaml"
     lab.write_text(LOCAL_LAB.read_text().replace("kind: nvmet", "kind: netapp"))
