@@ -202,6 +202,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_fabricqa.plugin.reporting import ReportPlugin
 
     config.pluginmanager.register(ReportPlugin(config, lab, protocols, pairs), REPORT_PLUGIN)
+    if not hasattr(config, "workerinput") and not config.getoption("collectonly"):
+        from pytest_fabricqa.plugin.progress import ProgressPlugin
+
+        config.pluginmanager.register(ProgressPlugin(config, lab.name, _pair_of), "fabricqa-progress")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
