@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what pytest-fabricqa and its virtual lab need on a Debian 12 machine, as root:
-# the Debian packages (QEMU, the VDE switch, mmdebstrap to build the guests, fio, ssh), the plugin itself
-# (editable, with its dev tools), and the virtual lab's image (built from Debian packages plus SPDK and SCST
-# compiled from the archives in $FABRICQA_VENDOR_DIR or ../shared/vendor; all cached).
+# the Debian packages (QEMU, the VDE switch, mmdebstrap to build the guests, fio, ssh, Chromium for the report's
+# layout test), the plugin itself (editable, with its dev tools), and the virtual lab's image (built from Debian
+# packages plus SPDK and SCST compiled from the archives in $FABRICQA_VENDOR_DIR or ../shared/vendor; all cached).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +12,7 @@ APT_PACKAGES=(
   openssh-client openssh-server
   fio nvme-cli iproute2 util-linux e2fsprogs fdisk lvm2
   tgt  # tests/integration/test_tgt_local.py drives a tgtd of its own on loopback
+  chromium  # tests/unit/test_report_layout.py lays the HTML report out in headless Chromium (~25 s to install)
   # Building SPDK's nvmf_tgt against Debian's DPDK (pytest_fabricqa/vlab/vendor.py), with ISA-L (nasm, autotools)
   build-essential pkg-config libdpdk-dev libibverbs-dev librdmacm-dev libaio-dev libnuma-dev uuid-dev libssl-dev
   nasm autoconf automake libtool python3
