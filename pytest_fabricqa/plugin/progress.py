@@ -73,16 +73,18 @@ class ProgressPlugin:
             return
         line = progress.line(report.nodeid, _outcome(self.config, report.nodeid), seconds)
         verbosity = self.config.get_verbosity()
-        if verbosity < 0 or (verbosity == 0 and self.config.pluginmanager.get_plugin("dsession") is not None):
-            # -q, and xdist's controller: pytest writes its letters with no file name, so it never marks its line
-            # as open (ensure_newline goes by that mark); the point's own letter is always on it.
-            reporter.write(f"\n{line}\n")
-            return
-        reporter.ensure_newline()
+        # Start on a line of our own: pytest's ensure_newline goes by its file-name mark, which -q, xdist's letters
+        # and a line of the plugin's own (the virtual lab's boot) leave unset while a line is open; the writer
+        # knows (``_tw``, the terminal writer every terminal plugin writes through).
+        if reporter._tw.width_of_current_line:
+            reporter.write("\n")
         reporter.write(line)
-        # pytest's next result starts a line of its own: with -v its ensure_newline ends this one (the mark -2,
-        # pytest's own for "a line is open"); without, it names the file again on a new line (None).
-        reporter.currentfspath = -2 if verbosity > 0 else None
+        if verbosity < 0 or (verbosity == 0 and self.config.pluginmanager.get_plugin("dsession") is not None):
+            reporter.write("\n")  # pytest's letters carry on below it
+        else:
+            # pytest's next result starts a line of its own: with -v its ensure_newline ends this one (the mark -2,
+            # pytest's own for "a line is open"); without, it names the file again on a new line (None).
+            reporter.currentfspath = -2 if verbosity > 0 else None
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         cache = getattr(self.config, "cache", None)
