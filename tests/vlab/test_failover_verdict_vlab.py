@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from vlab_support import make_lab
 
-from pytest_fabricqa.core.cases import ANA, LONG
+from pytest_fabricqa.core.cases import ANA, LONG, PORT
 from pytest_fabricqa.core.undo import UndoStack
-from pytest_fabricqa.fabric.provision import connect_fabric, leftovers
+from pytest_fabricqa.fabric.provision import Fabric, connect_fabric, leftovers
 from pytest_fabricqa.failover import outage as og
 from pytest_fabricqa.faults import inject as faults
 from pytest_fabricqa.fio.verify import Region
@@ -54,6 +54,36 @@ class NothingChanged:
         return self.fire()
 
 
+def _regions(lab: LabModel, fabric: Fabric) -> tuple[ig.SharedDevice, list[str], dict[str, Region]]:
+    """The fabric's first device every initiator shares, its initiators, and a region of it for each (as the
+    failover suite lays them out)."""
+    device = ig.shared_devices(fabric.devices)[0]
+    names = [n for n in lab.hosts_with("initiator") if n in device.paths]
+    size = lab.failover.region_mb << 20
+    bs = ig.BLOCK_SIZES[lab.failover.block_size]
+    return device, names, {n: Region(ig.BASE_OFFSET + slot * size, size, bs) for slot, n in enumerate(names)}
+
+
+def _target_side_outage(
+    lab: LabModel, hosts: dict[str, Host], protocol: str, target: str, outage: str, fault: Any
+) -> tuple[og.OutageResult, list[str], list[str]]:
+    """``outage`` made by ``fault(address)`` under verified I/O on ``protocol``'s fabric of ``target``, everything
+    undone and torn down after: (the result, the initiators, what the unwind could not undo)."""
+    fabric = connect_fabric(lab, protocol, hosts, target=target)
+    undo = UndoStack()
+    try:
+        device, names, regions = _regions(lab, fabric)
+        result = og.path_outage(
+            lab, [hosts[n] for n in names], device.paths, regions,
+            name_prefix=lab.target_for(protocol, target).name_prefix, subsystems=fabric.export.subsystems,
+            family="nvme" if protocol.startswith("nvme") else "scsi", outage=outage, undo=undo, target_fault=fault,
+        )  # fmt: skip
+    finally:
+        failed = undo.unwind()
+        fabric.teardown()
+    return result, names, failed
+
+
 def _short(data: dict[str, Any]) -> None:
     data["failover"]["one_path_down_s"] = 8
 
@@ -63,22 +93,9 @@ def test_a_fault_that_changed_nothing_fails_the_case_for_the_path_that_still_car
 ) -> None:
     _, hosts, _ = vlab
     lab = make_lab(_short)
-    fabric = connect_fabric(lab, "nvme-tcp", hosts, target="nvmet")
-    undo = UndoStack()
-    try:
-        device = ig.shared_devices(fabric.devices)[0]
-        names = [n for n in lab.hosts_with("initiator") if n in device.paths]
-        size = lab.failover.region_mb << 20
-        bs = ig.BLOCK_SIZES[lab.failover.block_size]
-        regions = {n: Region(ig.BASE_OFFSET + slot * size, size, bs) for slot, n in enumerate(names)}
-        result = og.path_outage(
-            lab, [hosts[n] for n in names], device.paths, regions, name_prefix=lab.target_for("nvme-tcp").name_prefix,
-            subsystems=fabric.export.subsystems, family="nvme", outage=ANA, undo=undo,
-            target_fault=lambda address: NothingChanged(hosts["vstor"]),
-        )  # fmt: skip
-    finally:
-        failed = undo.unwind()
-        fabric.teardown()
+    result, names, failed = _target_side_outage(
+        lab, hosts, "nvme-tcp", "nvmet", ANA, lambda address: NothingChanged(hosts["vstor"])
+    )
     assert failed == []
     first = names[0]  # the fault's address is the path carrying this host's I/O
     assert result.late_ios[first], result.late_ios
@@ -107,11 +124,7 @@ def test_a_long_outage_on_hosts_that_queue_waits_resumes_and_verifies(
     fabric = connect_fabric(lab, protocol, hosts, target=target)
     undo = UndoStack()
     try:
-        device = ig.shared_devices(fabric.devices)[0]
-        names = [n for n in lab.hosts_with("initiator") if n in device.paths]
-        size = lab.failover.region_mb << 20
-        bs = ig.BLOCK_SIZES[lab.failover.block_size]
-        regions = {n: Region(ig.BASE_OFFSET + slot * size, size, bs) for slot, n in enumerate(names)}
+        device, names, regions = _regions(lab, fabric)
         chosen = [hosts[n] for n in names]
         try:
             result = og.path_outage(
@@ -134,4 +147,55 @@ def test_a_long_outage_on_hosts_that_queue_waits_resumes_and_verifies(
         assert figures.stall_s >= og.TAKEN_SHARE * result.down_s, (name, figures.stall_s, result.down_s)
         if family == "nvme":
             assert {e["fast_io_fail_tmo"] for e in result.in_force[name].values()} == {"off"}
+    assert leftovers(lab, hosts) == []
+
+
+class RestoredLate:
+    """A target-side fault whose restore in the case does nothing: the path stays away until the test's own unwind
+    puts it back, as a target whose port never came back would. ``fault`` is the real one (recorded, undone by the
+    undo stack it is armed with)."""
+
+    def __init__(self, fault: faults.FaultInjector, clock: Host) -> None:
+        self.fault, self.clock = fault, clock
+        self.host, self.name, self.key = fault.host, fault.name, fault.key
+
+    def arm(self, undo: UndoStack) -> None:
+        self.fault.arm(undo)
+
+    def fire(self) -> float:
+        return self.fault.fire()
+
+    def inject(self, undo: UndoStack) -> float:
+        self.arm(undo)
+        return self.fire()
+
+    def restore(self) -> float:
+        return float(self.clock.run(["sh", "-c", faults.CLOCK]).stdout.split()[-1])
+
+
+def _quick_failback(data: dict[str, Any]) -> None:
+    data["failover"]["one_path_down_s"] = 8
+    data["failover"]["failback_wait_s"] = 6
+
+
+def test_a_path_that_never_carries_io_again_after_the_fault_fails_the_case_as_no_failback(
+    vlab: tuple[LabModel, dict[str, Host], dict[str, str]],
+) -> None:
+    """iSCSI on LIO under dm-multipath spreads each host's I/O over both paths, so once a fault is undone the path
+    it took must carry I/O again within ``failover.failback_wait_s``. Here the target's port stays away after the
+    case's restore (the real restore comes with the test's unwind): the verdict must say "no failback" for each host
+    whose I/O that path shared."""
+    _, hosts, _ = vlab
+    lab = make_lab(_quick_failback)
+    result, names, failed = _target_side_outage(
+        lab, hosts, "iscsi", "lio", PORT,
+        lambda address: RestoredLate(faults.target_port_down(lab, hosts, "lio", "iscsi", address=address), hosts["vstor"]),
+    )  # fmt: skip
+    assert failed == []
+    problems = og.outage_problems(result, thresholds_for(lab.thresholds_table(), "iscsi", PORT), names)
+    missing = [p for p in problems if p.endswith(": no failback")]
+    shared = [n for n in names if result.shared_before.get(n)]
+    assert shared, result.shared_before  # round-robin over both paths: the premise of the check
+    assert sorted(p.split(",")[0] for p in missing) == sorted(shared), problems
+    assert all("carried none within 6 s of the fault being undone" in p for p in missing), missing
     assert leftovers(lab, hosts) == []
