@@ -756,7 +756,7 @@ def watch_failback(host: Host, device: str, traddr: str, *, due: bool, wait_s: f
     """(seconds from now to the end of the first :data:`FAILBACK_SAMPLE_S` s sample in which the path of ``device``
     to ``traddr`` completed I/O (:data:`FAILBACK_MIN_IOS`), or None; what was seen, a clause). ``due``: the path shared the host's I/O before
     the fault, so it is watched for up to ``wait_s``; otherwise one sample is read (whether the I/O goes back to a
-    path that carried it alone is the multipath policy's choice: NVMe's numa keeps the path it moved to)."""
+    path that carried it alone is the multipath policy's choice; NVMe's numa did, on the virtual lab)."""
     began = time.monotonic()
     while True:
         done = path_counts(host, device, FAILBACK_SAMPLE_S).get(traddr, 0)
