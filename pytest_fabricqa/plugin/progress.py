@@ -65,8 +65,7 @@ class ProgressPlugin:
             return
         seconds = self.elapsed.pop(report.nodeid)
         progress.finish(report.nodeid, seconds)
-        case = next((c for c in progress.cases if c.nodeid == report.nodeid), None)
-        if case is None or not case.point:
+        if not progress.case(report.nodeid).point:
             return
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is None:

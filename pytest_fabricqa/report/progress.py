@@ -49,6 +49,10 @@ class Progress:
     def __post_init__(self) -> None:
         self._by_id = {c.nodeid: c for c in self.cases}
 
+    def case(self, nodeid: str) -> Case:
+        """The collected case of ``nodeid`` (one not collected: a case that is no point)."""
+        return self._by_id.get(nodeid) or Case(nodeid, False)
+
     @property
     def points(self) -> int:
         """How many points the run has."""
@@ -56,7 +60,7 @@ class Progress:
 
     def points_done(self) -> int:
         """How many points have ended."""
-        return sum(1 for nodeid in self.done if self._by_id.get(nodeid, Case(nodeid, False)).point)
+        return sum(1 for nodeid in self.done if self.case(nodeid).point)
 
     def start(self, nodeid: str) -> None:
         """``nodeid`` began."""
@@ -72,7 +76,7 @@ class Progress:
         """About how many seconds the cases not yet ended will take; None while nothing is known to estimate it."""
         means: dict[str, list[float]] = {}
         for nodeid, seconds in self.done.items():
-            means.setdefault(self._by_id.get(nodeid, Case(nodeid, False)).suite, []).append(seconds)
+            means.setdefault(self.case(nodeid).suite, []).append(seconds)
         everything = [s for values in means.values() for s in values]
         total = 0.0
         for case in self.cases:
@@ -91,10 +95,10 @@ class Progress:
     def line(self, nodeid: str, outcome: str, seconds: float) -> str:
         """The line for a point that ended: how far the run is, the point, what the other xdist workers run, the
         time left: ``fabricqa: point 12 of 58 (nvme-rdma nvmet): test_fio[...] passed in 25 s; about 8 min left``."""
-        case = self._by_id.get(nodeid, Case(nodeid, True))
+        case = self.case(nodeid)
         where = f" ({' '.join(case.pair)})" if case.pair else ""
         text = f"fabricqa: point {self.points_done()} of {self.points}{where}: {case.label} {outcome} in {duration(seconds)}"
-        others = [self._by_id.get(n, Case(n, False)).label for n in self.running if n != nodeid]
+        others = [self.case(n).label for n in self.running if n != nodeid]
         if others:
             text += f"; running: {', '.join(others)}"
         left = self.left_s()
