@@ -6,6 +6,7 @@ Without ``--lab`` the plugin does nothing: its fixtures exist but nothing parame
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -330,10 +331,11 @@ def _log(config: pytest.Config, line: str) -> None:
     if reporter is None:
         return
     capture = config.pluginmanager.get_plugin("capturemanager")
-    if capture is None:
-        reporter.write_line(line)
-        return
-    with capture.global_and_fixture_disabled():
+    progress = config.pluginmanager.get_plugin("fabricqa-progress")  # its live line goes under this one
+    with (
+        capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext(),
+        progress.paused() if progress is not None else contextlib.nullcontext(),
+    ):
         reporter.write_line(line)
 
 
