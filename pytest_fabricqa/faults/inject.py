@@ -45,6 +45,7 @@ from pytest_fabricqa.core.errors import FabricQAError
 from pytest_fabricqa.core.export import portal_name
 from pytest_fabricqa.core.protocols import protocol as protocol_spec
 from pytest_fabricqa.core.undo import ProvisionError, UndoStack
+from pytest_fabricqa.initiators import iscsi
 from pytest_fabricqa.lab.model import LabModel, TargetModel
 from pytest_fabricqa.targets import lio, remote
 from pytest_fabricqa.targets.nvmet.snapshot import SNAPSHOT_SCRIPT as NVMET_SNAPSHOT
@@ -169,6 +170,20 @@ if [ -d "$p" ]; then
     [ -d "$r/subsystems/$n" ] || continue
     [ -L "$p/subsystems/$n" ] || ln -s "$r/subsystems/$n" "$p/subsystems/$n"
   done
+fi
+"""
+    + CLOCK
+)
+# An iSCSI session logged out (its SCSI disk goes; dm-multipath fails that path), then in again through the node
+# record discovery made (a new session and disk; multipathd adds it to the map). $1 the IQN, $2 the portal.
+ISCSI_LOGOUT = STARTED + 'iscsiadm -m node -T "$1" -p "$2" --logout >&2 && ' + CLOCK
+# A node record that is gone (a teardown removed it) has nothing left to restore; a session logged in already
+# (iscsiadm's 15, ISCSI_ERR_SESS_EXISTS) is restored.
+ISCSI_LOGIN = (
+    r"""
+set -e
+if iscsiadm -m node -T "$1" -p "$2" >/dev/null 2>&1; then
+  iscsiadm -m node -T "$1" -p "$2" --login >&2 || [ $? = 15 ]
 fi
 """
     + CLOCK
@@ -752,6 +767,81 @@ def _is_ip(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+# -- an initiator's iSCSI session ---------------------------------------------------------------------------------
+
+
+class SessionRelogin(_RecordedFault):
+    """An initiator's iSCSI session logged out, then in again (``iscsiadm -m node -T IQN -p PORTAL --logout``, then
+    ``--login``): SCSI's counterpart of an NVMe controller reset. The session's disk is removed, so dm-multipath
+    fails that path and the I/O goes on over the others; the login makes a new session and disk, which multipathd
+    adds back to the map.
+
+    Refused unless the IQN is one of the lab's targets (a session this plugin logs in) and a session to it through
+    the portal at ``address`` is logged in. The record names the node (IQN and portal): a run killed between the
+    logout and the login is logged in again at the next start (if the node record is still there). :meth:`new_session`
+    proves the fault took effect: the session after the login is not the one before."""
+
+    kind = "iscsi-session"
+
+    def __init__(self, lab: LabModel, host: Host, name_prefix: str, iqn: str, address: str) -> None:
+        super().__init__(host, name_prefix)
+        self.lab = lab.name
+        self.iqns = {t.iscsi.iqn for t in lab.targets if t.iscsi is not None}
+        self.iqn = iqn
+        self.address = address
+        self.portal = ""
+        self.name = f"{host.name} iSCSI session to {address} logged out and in"
+        self.key = f"iscsi-session:{iqn}:{address}"
+
+    @classmethod
+    def from_record(cls, lab: LabModel, host: Host, name_prefix: str, record: Mapping[str, Any]) -> Self:
+        """The fault a record describes, to restore it."""
+        params = record["params"]
+        fault = cls(lab, host, name_prefix, str(params["iqn"]), str(params["address"]))
+        fault.portal = str(params["portal"])
+        fault.params = dict(params)
+        return fault
+
+    def how(self) -> str:
+        return f"iscsiadm -m node -T {self.iqn} -p {self.portal or self.address} --login"
+
+    def _session(self) -> tuple[int, str] | None:
+        """(session id, portal) of the session to :attr:`iqn` through :attr:`address`, None when there is none."""
+        for session in iscsi.sessions(self.host):
+            if session.iqn == self.iqn and session.portal.rsplit(":", 1)[0].strip("[]") == self.address:
+                return session.sid, session.portal
+        return None
+
+    def _check(self) -> None:
+        if self.iqn not in self.iqns:
+            raise self._refuse(
+                f"iSCSI target {self.iqn} is none of the lab's targets, so its sessions are not fabricqa's",
+                "fault a session of the fabric fabricqa connected",
+            )
+        session = self._session()
+        if session is None:
+            raise self._refuse(
+                f"no iSCSI session to {self.iqn} through {self.address} is logged in (nothing to log out)",
+                "connect the fabric first (the fixture `fabric`), then fault its session",
+            )
+        sid, self.portal = session
+        self.params = {"iqn": self.iqn, "address": self.address, "portal": self.portal, "sid": sid}
+
+    def _inject(self) -> CommandResult:
+        return self.host.run(["sh", "-c", ISCSI_LOGOUT, "sh", self.iqn, self.portal], timeout=120)
+
+    def _restore(self) -> CommandResult:
+        return self.host.run(["sh", "-c", ISCSI_LOGIN, "sh", self.iqn, self.portal], timeout=180)
+
+    def new_session(self) -> int | None:
+        """After the login: the new session's id, None when the session logged in is still the one logged out (or
+        none is), i.e. the fault changed nothing."""
+        session = self._session()
+        if session is None or session[0] == self.params.get("sid"):
+            return None
+        return session[0]
 
 
 # -- nvmet -------------------------------------------------------------------------------------------------------
@@ -1540,6 +1630,7 @@ REGISTRY: dict[str, Callable[[LabModel, Host, str, Mapping[str, Any]], _Recorded
     SpdkListenerDown.kind: SpdkListenerDown.from_record,
     SpdkAnaChange.kind: SpdkAnaChange.from_record,
     PathTimeouts.kind: PathTimeouts.from_record,
+    SessionRelogin.kind: SessionRelogin.from_record,
 }
 """Record kind -> how to rebuild the fault from its record (for :func:`restore_stale`)."""
 

@@ -896,3 +896,91 @@ def test_a_break_of_several_commands_starts_when_its_first_command_runs_not_when
 )
 def test_every_script_that_breaks_a_path_prints_the_time_before_it_changes_anything(script: str) -> None:
     assert getattr(faults, script).startswith(faults.STARTED)
+
+
+# -- an iSCSI session logged out and in (issue 29, item 4) -----------------------------------------------------------
+
+# `iscsiadm -m session` on vnode1 with two paths to vstor (the shape of tests/data/vlab/iscsiadm-session-tcp.txt).
+SESSION_LINE = "tcp: [{sid}] {portal},1 {iqn} (non-flash)\n"
+OTHER_PORTAL = "10.10.20.19:3260"
+
+
+class SessionHost(FaultHost):
+    """vnode1 logged in to vstor through both portals; the fault's logout ends a session, its login makes a new one
+    (the next session id), unless ``stuck``: then the login finds the old session still there."""
+
+    def __init__(self, *, stuck: bool = False) -> None:
+        super().__init__()
+        self.sessions = {PORTAL: 1, OTHER_PORTAL: 2}
+        self.next_sid = 3
+        self.node_records = True
+        self.stuck = stuck
+
+    def answer(self, argv: tuple[str, ...]) -> Answer:
+        script = argv[2] if argv[:2] == ("sh", "-c") else ""
+        if argv == ("iscsiadm", "-m", "session"):
+            if not self.sessions:
+                return 21, "", "iscsiadm: No active sessions.\n"
+            return "".join(SESSION_LINE.format(sid=s, portal=p, iqn=IQN) for p, s in self.sessions.items())
+        if script == faults.ISCSI_LOGOUT:
+            failed = self._event("break", script)
+            if failed is None and not self.stuck:
+                self.sessions.pop(argv[5], None)
+            return failed or f"started {T_DOWN}\n{T_DOWN}\n"
+        if script == faults.ISCSI_LOGIN:
+            failed = self._event("restore", script)
+            if failed is None and self.node_records and argv[5] not in self.sessions:
+                self.sessions[argv[5]] = self.next_sid
+                self.next_sid += 1
+            return failed or T_UP + "\n"
+        return super().answer(argv)
+
+
+def relogin(host: FaultHost, iqn: str = IQN, address: str = "10.10.10.19") -> faults.SessionRelogin:
+    return faults.of_lab(lab(), faults.SessionRelogin(lab(), host, "fabricqa", iqn, address))
+
+
+def test_a_session_is_recorded_before_its_logout_logged_in_again_and_proven_new() -> None:
+    host = SessionHost()
+    fault = relogin(host)
+    undo = UndoStack()
+    assert fault.inject(undo) == float(T_DOWN)
+    ((what, records),) = host.events
+    assert what == "break" and records[f"iscsi-session:{IQN}:10.10.10.19"]["params"] == {
+        "iqn": IQN,
+        "address": "10.10.10.19",
+        "portal": PORTAL,
+        "sid": 1,
+    }  # the record was there before the logout ran
+    assert PORTAL not in host.sessions and host.sessions[OTHER_PORTAL] == 2  # the other path's session untouched
+    assert fault.restore() == float(T_UP)
+    assert host.sessions[PORTAL] == 3 and host.records() == {}
+    assert fault.new_session() == 3
+    assert undo.unwind() == []  # the restore is idempotent: logged in already, nothing more
+
+
+def test_a_logout_that_changed_nothing_is_told_apart_from_a_relogin() -> None:
+    host = SessionHost(stuck=True)
+    fault = relogin(host)
+    fault.inject(UndoStack())
+    fault.restore()
+    assert fault.new_session() is None  # the same session 1: the fault took nothing away
+
+
+def test_a_session_to_another_target_or_with_no_session_through_the_portal_is_refused() -> None:
+    host = SessionHost()
+    refused(host, relogin(host, iqn="iqn.2020-01.com.example:theirs"), r"is none of the lab's targets")
+    refused(host, relogin(host, address="10.10.30.19"), r"no iSCSI session to .* through 10\.10\.30\.19 is logged in")
+
+
+def test_a_run_killed_between_the_logout_and_the_login_is_logged_in_again_at_the_next_start() -> None:
+    host = SessionHost()
+    relogin(host).inject(UndoStack())  # killed here
+    records = host.records()
+    records[f"iscsi-session:{IQN}:10.10.10.19"]["owner"] = DEAD
+    host.files[RECORDS] = json.dumps({"kind": "faults", "faults": records})
+    assert faults.restore_stale(lab(), {"vnode1": host}) == [
+        f"vnode1: restored 'vnode1 iSCSI session to 10.10.10.19 logged out and in' that pid 4242 on "
+        f"a-controller-that-was-killed left (iscsiadm -m node -T {IQN} -p {PORTAL} --login)"
+    ]
+    assert host.sessions[PORTAL] == 3 and host.records() == {}
