@@ -26,6 +26,11 @@ logs its IOPS every 100 ms; paths go down on every initiator at once and come ba
   the I/O is reset (``nvme reset``, which returns once the controller is live again: its queues torn down and
   connected again, as blktests' nvme/040 does under I/O). I/O must go on with no I/O error and no verify error;
   its stall is gated by ``max_stall_s``.
+- ``session-relogin`` (``test_session_relogin``, iSCSI and iSER on several paths): on every initiator the iSCSI
+  session of the path carrying the I/O is logged out and at once logged in again (``iscsiadm --logout``, then
+  ``--login``: SCSI's counterpart of the controller reset). Its disk leaves the dm-multipath map and a new one joins
+  it; I/O must go on over the other paths with no I/O error and no verify error, its stall gated by
+  ``max_stall_s``, and the session after the login must be a new one (else the fault changed nothing).
 - ``all-paths-down-brief``: every storage link of each initiator, for less than the path timeout. I/O must stop
   for at least half the outage (else the fault took nothing away: ``outage.TAKEN_SHARE``), then resume with no I/O
   error and no verify error; the stall is gated by the lab's ``max_stall_s``.
@@ -47,6 +52,7 @@ from typing import Any
 
 import pytest
 
+from pytest_fabricqa.core import cases
 from pytest_fabricqa.core.cases import ALUA, ANA, BRIEF, LONG, LONG_QUEUED, ONE_PATH, OUTAGES, PORT, RESET
 from pytest_fabricqa.core.protocols import protocol as protocol_spec
 from pytest_fabricqa.core.undo import UndoStack
@@ -102,6 +108,25 @@ def test_controller_reset(
     if protocol_spec(protocol).family != "nvme":
         pytest.skip(f"{protocol}: a controller reset (nvme reset) is an NVMe-oF fault; this is a SCSI transport")
     _outage_case(lab, lab_target, protocol, RESET, fabric, lab_hosts, write_guard, fabricqa_report, request)
+
+
+@pytest.mark.fabricqa_late_in_pair
+def test_session_relogin(
+    lab: LabModel, lab_target: TargetModel, protocol: str, fabric: Fabric, lab_hosts: dict[str, Host],
+    write_guard: WriteGuard, fabricqa_report: Any, request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    """On every initiator the iSCSI session of the path carrying the I/O is logged out and straight in again while
+    fio writes and verifies; I/O must go on over the other paths with no error, its stall gated like a path's (see
+    the module)."""
+    if protocol_spec(protocol).family != "scsi":
+        pytest.skip(f"{protocol}: a session logout and login (iscsiadm) is an iSCSI fault; this is an NVMe transport")
+    paths = fabric.export.addresses
+    if len(paths) < 2:
+        pytest.skip(
+            f"{protocol}-{fabric.target}: the target serves on one path ({paths[0]}), so the I/O has no other path "
+            "while its session is logged out (set targets[].paths: all in the lab file)"
+        )
+    _outage_case(lab, lab_target, protocol, cases.RELOGIN, fabric, lab_hosts, write_guard, fabricqa_report, request)
 
 
 TARGET_SIDE = {ANA: ("nvmet", "spdk"), PORT: ("nvmet", "spdk", "lio", "scst", "tgt"), ALUA: ("lio",)}

@@ -16,10 +16,12 @@ OUTAGES: dict[str, str] = {
     "Active/Optimized again: I/O moves to another path while it is, no error",
     "controller-reset": "the NVMe controller of the path carrying the I/O reset under I/O (nvme reset: its queues "
     "torn down and connected again): I/O goes on, no error",
+    "session-relogin": "the iSCSI session of the path carrying the I/O logged out and in again under I/O (iscsiadm: "
+    "its disk leaves the dm-multipath map, a new one joins it): I/O goes on, no error",
 }
 """The failover suite's outages (issue 13, faults a to e) by name: the name is the case's last id part and its
 key in the lab's ``thresholds`` table (``thresholds."*".all-paths-down-brief: {max_stall_s: 10}``)."""
-BRIEF, LONG, ONE_PATH, ANA, PORT, ALUA, RESET = OUTAGES
+BRIEF, LONG, ONE_PATH, ANA, PORT, ALUA, RESET, RELOGIN = OUTAGES
 LONG_QUEUED = (
     "every path down for longer than the path timeout on hosts that queue with no path left "
     "(failover.long_outage: queue), then back: I/O waits, resumes and verifies, no error"

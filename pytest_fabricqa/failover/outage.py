@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pytest_fabricqa.core.cases import ANA, BRIEF, LONG, ONE_PATH, PORT, RESET, TARGET_OUTAGES
+from pytest_fabricqa.core.cases import ANA, BRIEF, LONG, ONE_PATH, PORT, RELOGIN, RESET, TARGET_OUTAGES
 from pytest_fabricqa.core.undo import UndoStack
 from pytest_fabricqa.failover.figures import (
     FAULT_REACH_MS,
@@ -554,6 +554,14 @@ def path_outage(
         result.faulted = {name: traddr for name, (_, traddr) in chosen.items()}
         _settled(each(hosts, lambda h: _arm_all(links[h.name], undo)))
     controllers: dict[str, str] = {}
+    sessions: dict[str, faults.SessionRelogin] = {}
+    if outage == RELOGIN:  # the iSCSI session of the path carrying the I/O, on every host
+        chosen_paths = _settled(each(hosts, lambda h: active_path(h, devices[h.name])))
+        result.faulted = {name: traddr for name, (_, traddr) in chosen_paths.items()}
+        sessions = {
+            h.name: faults.SessionRelogin(lab, h, name_prefix, subsystems[0], result.faulted[h.name]) for h in hosts
+        }
+        _settled(each(hosts, lambda h: sessions[h.name].arm(undo)))
     if outage == RESET:  # the controller of the path carrying the I/O, on every host
         chosen_paths = _settled(each(hosts, lambda h: active_path(h, devices[h.name])))
         result.faulted = {name: traddr for name, (_, traddr) in chosen_paths.items()}
@@ -586,6 +594,24 @@ def path_outage(
         up = {n: r if isinstance(r, BaseException) else r[1] for n, r in reset.items()}
         taken = [r[1] - r[0] for r in reset.values() if not isinstance(r, BaseException)]
         result.down_s = down_s = round(max(taken, default=0.0), 1)
+    elif outage == RELOGIN:
+        # Logged out and straight in again on each host: the fault's window is the logout's start to the login's end.
+        down = each(hosts, lambda h: sessions[h.name].fire(), check=False)
+        up = each(hosts, lambda h: sessions[h.name].restore(), check=False)
+        taken = [
+            up[n] - down[n]
+            for n in up
+            if not isinstance(up[n], BaseException) and not isinstance(down[n], BaseException)
+        ]
+        result.down_s = down_s = round(max(taken, default=0.0), 1)
+        renewed = each(hosts, lambda h: sessions[h.name].new_session(), check=False)
+        for name, sid in renewed.items():
+            if isinstance(sid, BaseException) or sid is None:
+                result.problems.append(
+                    f"{name}: {sessions[name].name}, but the session after it is "
+                    f"{'unknown' if isinstance(sid, BaseException) else 'the one before or none'}: the fault "
+                    "changed nothing, so the case measured nothing"
+                )
     elif at_target is None:
         # Every path of a host, one after the other: the fault begins as the first path's break begins (fio's I/O
         # may stop right there: on iSER under dm-multipath the in-flight I/O sat on the first dropped path and the
@@ -646,12 +672,19 @@ def path_outage(
             if isinstance(down[name], BaseException):
                 result.problems.append(f"{name}: the controller reset failed: {down[name]}")
             continue
+        if outage == RELOGIN:
+            for what, outcome in (("logged out", down[name]), ("logged in again", up[name])):
+                if isinstance(outcome, BaseException):
+                    result.problems.append(f"{name}: the iSCSI session could not be {what}: {outcome}")
+            continue
         for what, outcome in (("down", down[name]), ("up", up[name])):
             if isinstance(outcome, BaseException):
                 result.problems.append(f"{name}: the storage link could not be brought {what}: {outcome}")
     runs = each(hosts, lambda h: collect_fio(h, folders[h.name], runtime_s + 120), check=False)
     if outage == RESET:
         label = f"the active path's controller reset ({', '.join(sorted(set(controllers.values())))})"
+    elif outage == RELOGIN:
+        label = f"the active path's iSCSI session ({', '.join(sorted(set(result.faulted.values())))}) logged out and in"
     elif outage == ONE_PATH:
         label = f"the active path's link ({', '.join(sorted({ls[0].interface for ls in links.values()}))}) down"
     elif at_target is not None:
@@ -855,7 +888,7 @@ def outage_problems(
     if result.queued:
         queued = {"max_io_errors": None, "max_verify_errors": 0.0, "max_stall_s": None}
         limits = limits.model_copy(update={**queued, "max_first_io_s": None, "max_recovery_s": None})
-    elif result.outage in (BRIEF, ONE_PATH, RESET, *TARGET_OUTAGES):
+    elif result.outage in (BRIEF, ONE_PATH, RESET, RELOGIN, *TARGET_OUTAGES):
         limits = limits.model_copy(update={"max_io_errors": 0.0, "max_verify_errors": 0.0})
     elif result.outage == LONG:
         lifted = {"max_io_errors": None, "max_verify_errors": None, "max_stall_s": None}
@@ -871,8 +904,9 @@ def outage_problems(
         if figures.pre_fault_iops is None:
             problems.append(f"{label}: no I/O completed before the fault, so nothing was measured")
         resumes = result.outage == BRIEF or result.queued
-        if result.outage == RESET and figures.first_io_s is None:
-            problems.append(f"{label}: I/O did not go on after the controller reset (no I/O completed after it)")
+        if result.outage in (RESET, RELOGIN) and figures.first_io_s is None:
+            after = "the controller reset" if result.outage == RESET else "the session's logout and login"
+            problems.append(f"{label}: I/O did not go on after {after} (no I/O completed after it)")
         if resumes and figures.first_io_s is None:
             problems.append(f"{label}: I/O did not resume after the links came back (no I/O completed after it)")
         if result.queued and figures.io_errors:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from fakes import Answer, ScriptedHost, answer_files
 
-from pytest_fabricqa.core.cases import ALUA, ANA, BRIEF, LONG, ONE_PATH, PORT, RESET
+from pytest_fabricqa.core.cases import ALUA, ANA, BRIEF, LONG, ONE_PATH, PORT, RELOGIN, RESET
 from pytest_fabricqa.core.undo import UndoStack
 from pytest_fabricqa.failover import outage
 from pytest_fabricqa.failover.figures import FailoverFigures, fault_stall, measure
@@ -1054,16 +1054,21 @@ def test_a_controller_reset_is_timed_on_the_host_and_a_failed_one_is_an_error_na
         faults.reset_controller(failed, "nvme2")
 
 
-def test_a_controller_reset_allows_no_error_and_fails_when_io_did_not_go_on() -> None:
-    reset = outage.OutageResult(RESET, 0.4, {"vnode1": one_path("vnode1", first_io_s=0.6)})
-    assert outage.outage_problems(reset, Thresholds(max_io_errors=5), ["vnode1"]) == []
-    errors = outage.OutageResult(RESET, 0.4, {"vnode1": one_path("vnode1", first_io_s=0.6, io_errors=2)})
+@pytest.mark.parametrize(
+    ("fault", "after"), [(RESET, "the controller reset"), (RELOGIN, "the session's logout and login")]
+)
+def test_a_controller_reset_or_session_relogin_allows_no_error_and_fails_when_io_did_not_go_on(
+    fault: str, after: str
+) -> None:
+    passed = outage.OutageResult(fault, 0.4, {"vnode1": one_path("vnode1", first_io_s=0.6)})
+    assert outage.outage_problems(passed, Thresholds(max_io_errors=5), ["vnode1"]) == []
+    errors = outage.OutageResult(fault, 0.4, {"vnode1": one_path("vnode1", first_io_s=0.6, io_errors=2)})
     (problem,) = outage.outage_problems(errors, Thresholds(max_io_errors=5), ["vnode1"])
     assert "2 I/O errors is above the maximum of 0 I/O errors" in problem
-    stuck = outage.OutageResult(RESET, 0.4, {"vnode1": one_path("vnode1", first_io_s=None)})
+    stuck = outage.OutageResult(fault, 0.4, {"vnode1": one_path("vnode1", first_io_s=None)})
     assert outage.outage_problems(stuck, Thresholds(), ["vnode1"]) == [
-        "vnode1, fault the active path's link (eth1) down 15 s: I/O did not go on after the controller reset (no I/O "
-        "completed after it)"
+        f"vnode1, fault the active path's link (eth1) down 15 s: I/O did not go on after {after} (no I/O completed "
+        "after it)"
     ]
 
 
