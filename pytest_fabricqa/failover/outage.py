@@ -555,16 +555,15 @@ def path_outage(
         _settled(each(hosts, lambda h: _arm_all(links[h.name], undo)))
     controllers: dict[str, str] = {}
     sessions: dict[str, faults.SessionRelogin] = {}
-    if outage == RELOGIN:  # the iSCSI session of the path carrying the I/O, on every host
+    if outage in (RESET, RELOGIN):  # the path carrying the I/O, on every host: its controller, or its iSCSI session
         chosen_paths = _settled(each(hosts, lambda h: active_path(h, devices[h.name])))
         result.faulted = {name: traddr for name, (_, traddr) in chosen_paths.items()}
+    if outage == RELOGIN:
         sessions = {
             h.name: faults.SessionRelogin(lab, h, name_prefix, subsystems[0], result.faulted[h.name]) for h in hosts
         }
         _settled(each(hosts, lambda h: sessions[h.name].arm(undo)))
-    if outage == RESET:  # the controller of the path carrying the I/O, on every host
-        chosen_paths = _settled(each(hosts, lambda h: active_path(h, devices[h.name])))
-        result.faulted = {name: traddr for name, (_, traddr) in chosen_paths.items()}
+    if outage == RESET:
         for name, (path, _) in chosen_paths.items():
             try:
                 controllers[name] = faults.controller_of(path)
@@ -605,13 +604,7 @@ def path_outage(
         ]
         result.down_s = down_s = round(max(taken, default=0.0), 1)
         renewed = each(hosts, lambda h: sessions[h.name].new_session(), check=False)
-        for name, sid in renewed.items():
-            if isinstance(sid, BaseException) or sid is None:
-                result.problems.append(
-                    f"{name}: {sessions[name].name}, but the session after it is "
-                    f"{'unknown' if isinstance(sid, BaseException) else 'the one before or none'}: the fault "
-                    "changed nothing, so the case measured nothing"
-                )
+        result.problems.extend(unrenewed({n: (sessions[n].name, sid) for n, sid in renewed.items()}))
     elif at_target is None:
         # Every path of a host, one after the other: the fault begins as the first path's break begins (fio's I/O
         # may stop right there: on iSER under dm-multipath the in-flight I/O sat on the first dropped path and the
@@ -715,6 +708,21 @@ def path_outage(
             result.series[host.name] = throughput_points(series, fault)
     result.wall_s = time.monotonic() - began
     return result
+
+
+def unrenewed(after: Mapping[str, tuple[str, int | BaseException | None]]) -> list[str]:
+    """For a session logout and login, per host (the fault's name, the session id after it: None when it is the one
+    before or there is none, an exception when it could not be read): a problem for each host where the fault
+    changed nothing, or where that cannot be told."""
+    problems = []
+    for name, (fault, sid) in after.items():
+        if isinstance(sid, BaseException) or sid is None:
+            problems.append(
+                f"{name}: {fault}, but the session after it is "
+                f"{'unknown' if isinstance(sid, BaseException) else 'the one before or none'}: the fault "
+                "changed nothing, so the case measured nothing"
+            )
+    return problems
 
 
 FIO_ENDED = '[ -e "$1/end" ]'

@@ -4,7 +4,8 @@ A fault breaks one path and puts it back: an initiator's storage link down and u
 port taken away and given back (:class:`NvmetPortDown`, :class:`LioPortalDown` with the port's link in a
 :class:`PortOff`, :class:`SpdkListenerDown`), an
 nvmet ANA group made inaccessible and optimized again (:class:`AnaStateChange`, :class:`SpdkAnaChange`), a LIO
-ALUA target port group made unavailable and Active/Optimized again (:class:`LioAluaChange`). Each satisfies
+ALUA target port group made unavailable and Active/Optimized again (:class:`LioAluaChange`), an initiator's iSCSI
+session logged out and in again (:class:`SessionRelogin`). Each satisfies
 :class:`FaultInjector` structurally; :func:`target_port_down`, :func:`ana_change` and :func:`alua_change` pick the
 class for a lab's target.
 

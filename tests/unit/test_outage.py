@@ -1072,6 +1072,17 @@ def test_a_controller_reset_or_session_relogin_allows_no_error_and_fails_when_io
     ]
 
 
+def test_a_session_relogin_that_left_the_same_session_or_none_fails_as_a_fault_that_changed_nothing() -> None:
+    fault = "vnode1 iSCSI session to 10.10.10.19 logged out and in"
+    assert outage.unrenewed({"vnode1": (fault, 3)}) == []
+    assert outage.unrenewed({"vnode1": (fault, None), "vnode2": (fault, 4)}) == [
+        f"vnode1: {fault}, but the session after it is the one before or none: the fault changed nothing, so the "
+        "case measured nothing"
+    ]
+    (unread,) = outage.unrenewed({"vnode2": (fault, OSError("ssh: connection reset"))})
+    assert unread.startswith("vnode2: ") and "the session after it is unknown" in unread
+
+
 def test_the_fault_records_lock_is_taken_on_a_host_where_nothing_made_its_folder_yet(tmp_path: Path) -> None:
     # A fresh virtual lab (2026-12-06): /run/fabricqa did not exist on vnode1, `mkdir` of the lock failed for 20 s
     # and the first failover case read the lock as held by another session.
