@@ -19,7 +19,8 @@ stamp() { echo "== $1 at $((SECONDS - start)) s"; }
 #     randwrite, the second behind the data-safety guard) and one verified write read back on the other initiator;
 #   - the verify proving it fires: a block corrupted on the target between write and verify (nvme-tcp on nvmet);
 #   - failover: a path down under I/O on NVMe native multipath (nvme-tcp on nvmet) and on dm-multipath (iscsi on
-#     LIO), and one target-side fault (nvmet's port unlinked under I/O);
+#     LIO), one target-side fault (nvmet's port unlinked under I/O) and one target restart (LIO's TPGs disabled and
+#     enabled under I/O);
 #   - the guarantees: a run killed mid-provisioning cleaned by the next (an NVMe target, a SCSI initiator on LIO),
 #     someone else's nvmet and LIO objects never touched, SIGINT undoing itself, an ASM header refused, and a
 #     second lab's SPDK fabric made, torn down and killed beside the first lab's live nvmet fabric;
@@ -33,6 +34,7 @@ case "$scope" in
     main_k+=" or (test_verify_detects_corruption and nvme-tcp-nvmet)"
     main_k+=" or (test_one_path_down and (nvme-tcp-nvmet or iscsi-lio))"
     main_k+=" or (test_path_away_on_the_target and nvme-tcp-nvmet-target-port-down)"
+    main_k+=" or (test_target_restart and iscsi-lio)"
     main_select=(-k "$main_k")
     gated_select=(-k "test_fio and 8k-qd128-j4")
     vlab_select=(

@@ -22,6 +22,11 @@ logs its IOPS every 100 ms; paths go down on every initiator at once and come ba
   it is away, with no error. After an ANA or ALUA change nothing is disconnected, so the stall is the host's reaction
   alone; a port taken away costs the detection of a dead path (for iSCSI/iSER under dm-multipath, the nop-out
   timeouts and recovery_tmo, as for a path's link).
+- ``path-flapping`` (``test_path_flapping``, for a target serving on several paths): the one-path outage
+  ``failover.flap_cycles`` times in a row (3 by default, as SPDK's host/failover.sh) under one fio run, each cycle
+  on the path carrying the I/O at that moment, its failback watched before the next: every cycle is judged as the
+  one-path outage (the I/O moved while the path was down, the path quiet at the fault's end, the failback where the
+  path shared the I/O), and the whole run must see no I/O error and no verify error.
 - ``controller-reset`` (``test_controller_reset``, NVMe-oF): on every initiator the controller of the path carrying
   the I/O is reset (``nvme reset``, which returns once the controller is live again: its queues torn down and
   connected again, as blktests' nvme/040 does under I/O). I/O must go on with no I/O error and no verify error;
@@ -31,6 +36,13 @@ logs its IOPS every 100 ms; paths go down on every initiator at once and come ba
   ``--login``: SCSI's counterpart of the controller reset). Its disk leaves the dm-multipath map and a new one joins
   it; I/O must go on over the other paths with no I/O error and no verify error, its stall gated by
   ``max_stall_s``, and the session after the login must be a new one (else the fault changed nothing).
+- ``target-restart`` (``test_target_restart``, nvmet, SPDK, LIO, SCST and tgt): the whole target goes away on every
+  path at once for ``failover.brief_down_s`` and comes back, as when its service restarts -- nvmet's ports unlinked
+  from our subsystems (every controller on them deleted), SPDK's nvmf_tgt stopped and started again from its saved
+  configuration (down for the brief time plus its start), LIO's TPGs disabled (every session closed), SCST's target
+  disabled with each session force-closed, tgt's target offline with each connection deleted (logins meanwhile
+  answered with a target error, which open-iscsi retries) -- then back. Judged as the brief outage: I/O stopped for
+  at least half the time, resumed, no I/O error and no verify error, the stall gated by ``max_stall_s``.
 - ``all-paths-down-brief``: every storage link of each initiator, for less than the path timeout. I/O must stop
   for at least half the outage (else the fault took nothing away: ``outage.TAKEN_SHARE``), then resume with no I/O
   error and no verify error; the stall is gated by the lab's ``max_stall_s``.
@@ -53,14 +65,15 @@ from typing import Any
 import pytest
 
 from pytest_fabricqa.core import cases
-from pytest_fabricqa.core.cases import ALUA, ANA, BRIEF, LONG, LONG_QUEUED, ONE_PATH, OUTAGES, PORT, RESET
+from pytest_fabricqa.core.cases import ALUA, ANA, BRIEF, FLAPPING, LONG, LONG_QUEUED, ONE_PATH, OUTAGES, PORT, RESET
 from pytest_fabricqa.core.protocols import protocol as protocol_spec
 from pytest_fabricqa.core.undo import UndoStack
 from pytest_fabricqa.fabric.provision import Fabric
+from pytest_fabricqa.failover import flapping, parity
 from pytest_fabricqa.failover import outage as og
-from pytest_fabricqa.failover import parity
 from pytest_fabricqa.failover.figures import stall_rule
 from pytest_fabricqa.faults import inject as faults
+from pytest_fabricqa.faults import restart
 from pytest_fabricqa.fio.verify import Region
 from pytest_fabricqa.integrity import checks as ig
 from pytest_fabricqa.lab.model import LabModel, TargetModel
@@ -99,6 +112,23 @@ def test_one_path_down(
 
 
 @pytest.mark.fabricqa_late_in_pair
+def test_path_flapping(
+    lab: LabModel, lab_target: TargetModel, protocol: str, fabric: Fabric, lab_hosts: dict[str, Host],
+    write_guard: WriteGuard, fabricqa_report: Any, request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    """On every initiator the path carrying the I/O goes down and comes back ``failover.flap_cycles`` times in a row
+    under one run, its failback watched between; every cycle must move the I/O to a remaining path while the path is
+    down, and the run must see no error (see the module)."""
+    paths = fabric.export.addresses
+    if len(paths) < 2:
+        pytest.skip(
+            f"{protocol}-{fabric.target}: the target serves on one path ({paths[0]}), so there is no path to fail "
+            "over to (set targets[].paths: all in the lab file)"
+        )
+    _outage_case(lab, lab_target, protocol, FLAPPING, fabric, lab_hosts, write_guard, fabricqa_report, request)
+
+
+@pytest.mark.fabricqa_late_in_pair
 def test_controller_reset(
     lab: LabModel, lab_target: TargetModel, protocol: str, fabric: Fabric, lab_hosts: dict[str, Host],
     write_guard: WriteGuard, fabricqa_report: Any, request: pytest.FixtureRequest,
@@ -127,6 +157,27 @@ def test_session_relogin(
             "while its session is logged out (set targets[].paths: all in the lab file)"
         )
     _outage_case(lab, lab_target, protocol, cases.RELOGIN, fabric, lab_hosts, write_guard, fabricqa_report, request)
+
+
+RESTARTED = ("nvmet", "spdk", "lio", "scst", "tgt")
+"""The target kinds a target restart is made on: those fabricqa provisions (an external array's restart is its own)."""
+
+
+@pytest.mark.fabricqa_late_in_pair
+def test_target_restart(
+    lab: LabModel, lab_target: TargetModel, protocol: str, fabric: Fabric, lab_hosts: dict[str, Host],
+    write_guard: WriteGuard, fabricqa_report: Any, request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    """The whole target goes away on every path at once and comes back while fio writes and verifies -- nvmet's
+    ports unlinked, SPDK's nvmf_tgt stopped and started again from its saved configuration, LIO's TPGs disabled,
+    SCST's target disabled with its sessions closed, tgt's offline with its connections closed -- for the brief
+    outage's time; I/O must wait and resume with no error (see the module)."""
+    if lab_target.kind not in RESTARTED:
+        pytest.skip(
+            f"{protocol}-{fabric.target}: a target restart is made on the targets fabricqa provisions "
+            f"({', '.join(RESTARTED)}); this one is {lab_target.kind}: restart it by hand"
+        )
+    _outage_case(lab, lab_target, protocol, cases.RESTART, fabric, lab_hosts, write_guard, fabricqa_report, request)
 
 
 TARGET_SIDE = {ANA: ("nvmet", "spdk"), PORT: ("nvmet", "spdk", "lio", "scst", "tgt"), ALUA: ("lio",)}
@@ -218,16 +269,25 @@ def _outage_case(
     if room is not None:
         pytest.skip(f"{protocol}: {room}")
     undo = UndoStack()
+    family = protocol_spec(protocol).family
     try:
-        result = og.path_outage(
-            lab, hosts, device.paths, regions, name_prefix=lab_target.name_prefix,
-            subsystems=fabric.export.subsystems, family=protocol_spec(protocol).family, outage=outage, undo=undo,
-            target_fault=partial(_target_fault, outage, lab, lab_hosts, lab_target.name, protocol),
-        )  # fmt: skip
+        if outage == FLAPPING:
+            result = flapping.path_flapping(
+                lab, hosts, device.paths, regions, name_prefix=lab_target.name_prefix,
+                subsystems=fabric.export.subsystems, family=family, undo=undo,
+            )  # fmt: skip
+        else:
+            result = og.path_outage(
+                lab, hosts, device.paths, regions, name_prefix=lab_target.name_prefix,
+                subsystems=fabric.export.subsystems, family=family, outage=outage, undo=undo,
+                target_fault=partial(_target_fault, outage, lab, lab_hosts, lab_target.name, protocol),
+                target_restart=partial(restart.target_restart, lab, lab_hosts, lab_target.name, protocol),
+            )  # fmt: skip
     finally:
         failed_undo = undo.unwind()
     limits = thresholds_for(lab.thresholds_table(), protocol, outage)
-    problems = og.outage_problems(result, limits, names, database=lab.database) + failed_undo
+    judge = flapping.flapping_problems if outage == FLAPPING else og.outage_problems
+    problems = judge(result, limits, names, database=lab.database) + failed_undo
     if outage == LONG:
         problems += og.usable_after(hosts, device.paths, settings.recover_s)
         if not problems:
@@ -260,6 +320,13 @@ def _outage_case(
                     for n, a in result.faulted.items()
                 },
                 "timeouts_applied": {"nvme": settings.nvme.model_dump(), "iscsi": settings.iscsi.model_dump()},
+                # Path flapping: each cycle's hold, and per host its figures, the path it took and the failback.
+                "cycles": [
+                    {"down_s": c.down_s,
+                     "hosts": {n: {**f.figures(), "traddr": c.faulted.get(n), "late_ios": c.late_ios.get(n),
+                                   "failback": f.failback} for n, f in c.figures.items()}}
+                    for c in result.cycles
+                ],
                 "series": result.series,  # IOPS over time per host and the fault window: the report's chart
                 # How the stall was measured, said in the report, and the load it was measured under.
                 "stall_rule": stall_rule(og.INTERVAL_MS, round(settings.fault_reach_s * 1000)),

@@ -18,10 +18,16 @@ OUTAGES: dict[str, str] = {
     "torn down and connected again): I/O goes on, no error",
     "session-relogin": "the iSCSI session of the path carrying the I/O logged out and in again under I/O (iscsiadm: "
     "its disk leaves the dm-multipath map, a new one joins it): I/O goes on, no error",
+    "target-restart": "the target restarted under I/O, on every path at once, for as long as the brief outage "
+    "(nvmet: its ports unlinked and linked again; SPDK: nvmf_tgt stopped and started again from its saved "
+    "configuration; LIO: its TPGs disabled and enabled; SCST: the target disabled, its "
+    "sessions closed, enabled; tgt: the target offline, its connections closed, ready): I/O waits, resumes, no error",
+    "path-flapping": "the path carrying the I/O down and back failover.flap_cycles times in a row under one run, "
+    "its failback watched between: every cycle moves the I/O to a remaining path while it is down, no error",
 }
 """The failover suite's outages (issue 13, faults a to e) by name: the name is the case's last id part and its
 key in the lab's ``thresholds`` table (``thresholds."*".all-paths-down-brief: {max_stall_s: 10}``)."""
-BRIEF, LONG, ONE_PATH, ANA, PORT, ALUA, RESET, RELOGIN = OUTAGES
+BRIEF, LONG, ONE_PATH, ANA, PORT, ALUA, RESET, RELOGIN, RESTART, FLAPPING = OUTAGES
 LONG_QUEUED = (
     "every path down for longer than the path timeout on hosts that queue with no path left "
     "(failover.long_outage: queue), then back: I/O waits, resumes and verifies, no error"

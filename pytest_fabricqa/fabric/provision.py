@@ -24,7 +24,7 @@ from pytest_fabricqa.core.export import Export
 from pytest_fabricqa.core.undo import ProvisionError, UndoStack
 from pytest_fabricqa.fabric import lock
 from pytest_fabricqa.fabric.queues import read_queues
-from pytest_fabricqa.faults.inject import leftover_faults, restore_stale
+from pytest_fabricqa.faults.stale import leftover_faults, restore_stale
 from pytest_fabricqa.initiators import iscsi
 from pytest_fabricqa.initiators.connect import Connected, FabricDevice, connect_one, initiator_objects
 from pytest_fabricqa.lab.model import LabModel, TargetModel, iface_name
@@ -327,7 +327,7 @@ def _target_drivers(lab: LabModel, hosts: Mapping[str, Host], target_host: str |
 def cleanup_stale(lab: LabModel, hosts: Mapping[str, Host], *, target_host: str | None = None) -> list[str]:
     """Remove what a killed earlier run left (only objects carrying our mark); return what was removed.
 
-    First the faults a killed run left injected (:func:`~pytest_fabricqa.faults.inject.restore_stale`: a storage link left
+    First the faults a killed run left injected (:func:`~pytest_fabricqa.faults.stale.restore_stale`: a storage link left
     down would make every clean-up command on that path fail), then the initiators (controllers, sessions, node
     records, our iface), then every target of the lab. With
     ``target_host`` (what :func:`connect_fabric` is about to connect: a target's ``place``), only what belongs to

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pytest_fabricqa.core.cases import ANA, BRIEF, LONG, ONE_PATH, PORT, RELOGIN, RESET, TARGET_OUTAGES
+from pytest_fabricqa.core.cases import ALUA, ANA, BRIEF, LONG, ONE_PATH, PORT, RELOGIN, RESET, RESTART, TARGET_OUTAGES
 from pytest_fabricqa.core.undo import UndoStack
 from pytest_fabricqa.failover.figures import (
     FAULT_REACH_MS,
@@ -181,7 +181,9 @@ ACTIVE_SAMPLE_S = 1
 def _path_lines(text: str) -> list[tuple[str, int, str]]:
     """:data:`ACTIVE_PATH`'s output as (path device, I/Os completed in the sample, target address ``traddr``)."""
     lines = [line.split("\t") for line in text.splitlines()]
-    return [(p[0], int(p[1]), traddr_of(p[2])) for p in lines if len(p) >= 3 and p[1].lstrip("-").isdigit()]
+    # A SCSI disk's count is two counters read one after the other: a command that ends between the reads can make
+    # the difference -1 (seen on iSCSI under the ALUA fault); that is no completion, not a negative one.
+    return [(p[0], max(0, int(p[1])), traddr_of(p[2])) for p in lines if len(p) >= 3 and p[1].lstrip("-").isdigit()]
 
 
 def parse_active_path(text: str) -> tuple[str, str] | None:
@@ -222,12 +224,18 @@ main job). A fault that did not take the path away never settles and is held for
 SETTLED_SHARE = FailoverSettings().settled_share
 """The lab's default ``failover.settled_share``: the share of the pre-fault sample's completions the remaining
 paths must reach (the recovery figure itself is read from fio's log, not from these samples)."""
-LATE_CHECKED = (ONE_PATH, ANA, PORT)
-"""The outages whose faulted path must be quiet at the end. Not ALUA: a disk whose target port is ALUA-unavailable
-(or standby) keeps being tried -- multipathd's checker reinstates it, each command is refused with NOT READY and
-dm-multipath retries it on the other path -- and the kernel counts every refused command as completed in the
-disk's ``stat`` (CI of a8a32a1: 118-124 late on iSCSI, no error, no stall; standby on the lab: 156-186), so the
-count cannot tell a refused path from a working one there."""
+LATE_CHECKED = (ONE_PATH, ANA, PORT, ALUA)
+"""The outages whose faulted path must be quiet at the end. ALUA's too: a disk whose target port is ALUA-unavailable
+keeps being tried (multipathd's checker reinstates it, each command is refused with NOT READY and dm-multipath
+retries it on the other path), and the disk's ``stat`` counts every refused command as completed (CI of a8a32a1:
+118-124 late on iSCSI); but a refused command is an error in ``ioerr_cnt`` (``scsi_complete`` counts every command
+with a result), so the count here, ``iodone_cnt - ioerr_cnt``, leaves it out: 0 in every sample of the fault on
+iSCSI and iSER (full run of 24f59b3, 2026-12-06)."""
+FAILBACK_WATCHED = (*LATE_CHECKED, RESET, RELOGIN)
+"""The outages whose faulted path is watched for its failback once the fault is undone (:func:`watch_failback`):
+the one-path and target-port faults', and the path whose controller was reset or whose session was logged out and
+in (its new disk, at the same target address). Their paths' completions are counted in a sample just before the
+fault, which tells whether the faulted path shared the I/O (then it must carry I/O again)."""
 
 
 def path_counts(host: Host, device: str, sample_s: int = LATE_SAMPLE_S) -> dict[str, int]:
@@ -421,6 +429,8 @@ class OutageResult:
     """A long outage on hosts the lab says queue with no path left (``failover.long_outage: queue``)."""
     in_force: dict[str, Any] = field(default_factory=dict)
     """Per host, for a queued long outage: the NVMe controllers' timeouts read just before the fault."""
+    cycles: list[OutageResult] = field(default_factory=list)
+    """Path flapping (:mod:`pytest_fabricqa.failover.flapping`): each cycle, a one-path outage of its own."""
 
     def raw_files(self) -> dict[str, str]:
         """``host/file`` -> text of every host's fio output, with each host's fault times (Unix ms) as
@@ -432,6 +442,9 @@ class OutageResult:
             if host in self.figures:
                 fault = self.figures[host].fault
                 files[f"{host}/fault"] = f"{fault.start_ms} {fault.end_ms}\n"
+            windows = [c.figures[host].fault for c in self.cycles if host in c.figures]
+            if windows:  # path flapping: every cycle's fault, one line each
+                files[f"{host}/faults"] = "".join(f"{f.start_ms} {f.end_ms}\n" for f in windows)
         return files
 
 
@@ -477,38 +490,12 @@ def _restore_all(links: list[faults.LinkDown]) -> float:
     return min(times)
 
 
-def path_outage(
-    lab: LabModel,
-    hosts: Sequence[Host],
-    devices: Mapping[str, str],
-    regions: Mapping[str, Region],
-    *,
-    name_prefix: str,
-    subsystems: tuple[str, ...],
-    family: str,
-    outage: str,
-    undo: UndoStack,
-    target_fault: Callable[[str], faults.FaultInjector] | None = None,
-) -> OutageResult:
-    """Paths down on every host at once while fio writes and verifies ``regions[host]`` of ``devices[host]``; each
-    host's figures. :data:`failover.BRIEF` and :data:`failover.LONG`: every storage link of each host, for the
-    outage's time; :data:`failover.ONE_PATH`: only the link of the path carrying the I/O once it flows
-    (:func:`active_interface`), for ``one_path_down_s``; :data:`failover.TARGET_OUTAGES`:
-    ``target_fault(address)`` on the target, for the port at the address carrying the first host's I/O (its ANA
-    group inaccessible, its ALUA group unavailable, or the port itself taken away), for ``one_path_down_s``, each
-    host's window read on its own clock just before and after. Those two kinds end sooner once the I/O settled on
-    the remaining paths (:data:`SETTLED_SAMPLES`; not ALUA's). ``family``: ``nvme`` or ``scsi`` (which timeouts of ``lab.failover`` apply). Every
-    change is undone by ``undo`` (the caller unwinds it, also on failure); the links are up again and fio has ended
-    on return."""
+def apply_timeouts(
+    lab: LabModel, hosts: Sequence[Host], name_prefix: str, subsystems: tuple[str, ...], family: str, undo: UndoStack
+) -> dict[str, Any]:
+    """The lab's ``failover`` path timeouts for ``family`` set on every host for the case (each recorded first, put
+    back by ``undo``); per host, the values read before."""
     settings: FailoverSettings = lab.failover
-    down_s = {BRIEF: settings.brief_down_s, LONG: settings.long_down_s}.get(outage, settings.one_path_down_s)
-    if outage in TARGET_OUTAGES and target_fault is None:
-        raise ValueError(f"the {outage} outage needs target_fault: the fault on the target, for a path's address")
-    result = OutageResult(outage, down_s)
-    began = time.monotonic()
-    # fio is ended (SIGINT) once the links are back for after_s; the runtime is only a bound. Under emulation a
-    # command to a guest takes up to a second, so the outage's own commands add seconds.
-    runtime_s = math.ceil(settings.before_s + down_s + settings.after_s) + RUNTIME_MARGIN_S
 
     def set_timeouts(host: Host) -> dict[str, Any]:
         change = faults.of_lab(
@@ -524,7 +511,50 @@ def path_outage(
         change.inject(undo)  # with no timeout to set, it reads what is in force and writes nothing
         return dict(change.params.get("read", {}))
 
-    result.timeouts = _settled(each(hosts, set_timeouts, check=False))
+    return _settled(each(hosts, set_timeouts, check=False))
+
+
+def path_outage(
+    lab: LabModel,
+    hosts: Sequence[Host],
+    devices: Mapping[str, str],
+    regions: Mapping[str, Region],
+    *,
+    name_prefix: str,
+    subsystems: tuple[str, ...],
+    family: str,
+    outage: str,
+    undo: UndoStack,
+    target_fault: Callable[[str], faults.FaultInjector] | None = None,
+    target_restart: Callable[[], faults.FaultInjector] | None = None,
+) -> OutageResult:
+    """Paths down on every host at once while fio writes and verifies ``regions[host]`` of ``devices[host]``; each
+    host's figures. :data:`failover.BRIEF` and :data:`failover.LONG`: every storage link of each host, for the
+    outage's time; :data:`failover.ONE_PATH`: only the link of the path carrying the I/O once it flows
+    (:func:`active_interface`), for ``one_path_down_s``; :data:`failover.TARGET_OUTAGES`:
+    ``target_fault(address)`` on the target, for the port at the address carrying the first host's I/O (its ANA
+    group inaccessible, its ALUA group unavailable, or the port itself taken away), for ``one_path_down_s``, each
+    host's window read on its own clock just before and after; :data:`failover.RESTART`: ``target_restart()``, the
+    whole target away on every path at once, for ``brief_down_s``, each host's window read the same way. The
+    one-path and target-port kinds end sooner once the I/O settled on
+    the remaining paths (:data:`SETTLED_SAMPLES`). ``family``: ``nvme`` or ``scsi`` (which timeouts of ``lab.failover`` apply). Every
+    change is undone by ``undo`` (the caller unwinds it, also on failure); the links are up again and fio has ended
+    on return."""
+    settings: FailoverSettings = lab.failover
+    down_s = {BRIEF: settings.brief_down_s, LONG: settings.long_down_s, RESTART: settings.brief_down_s}.get(
+        outage, settings.one_path_down_s
+    )
+    if outage in TARGET_OUTAGES and target_fault is None:
+        raise ValueError(f"the {outage} outage needs target_fault: the fault on the target, for a path's address")
+    if outage == RESTART and target_restart is None:
+        raise ValueError(f"the {outage} outage needs target_restart: the fault that restarts the target")
+    result = OutageResult(outage, down_s)
+    began = time.monotonic()
+    # fio is ended (SIGINT) once the links are back for after_s; the runtime is only a bound. Under emulation a
+    # command to a guest takes up to a second, so the outage's own commands add seconds.
+    runtime_s = math.ceil(settings.before_s + down_s + settings.after_s) + RUNTIME_MARGIN_S
+
+    result.timeouts = apply_timeouts(lab, hosts, name_prefix, subsystems, family, undo)
     result.queued = outage == LONG and settings.long_outage == QUEUE
     if result.queued and family == "nvme":
         read = each(hosts, lambda h: faults.parse_timeouts(h.run(["sh", "-c", faults.TIMEOUTS_READ]).stdout))
@@ -575,9 +605,13 @@ def path_outage(
         result.faulted = {h.name: traddr for h in hosts}
         at_target = target_fault(traddr)
         at_target.arm(undo)
+    if outage == RESTART:
+        assert target_restart is not None
+        at_target = target_restart()
+        at_target.arm(undo)
     waited_from = time.monotonic()
     before: dict[str, int | None] | None = None
-    if outage in LATE_CHECKED:  # what every path completes before the fault: the rate a settled fault is back to
+    if outage in FAILBACK_WATCHED:  # what every path completes before the fault: the rate a settled fault is back to
         counted = each(hosts, lambda h: path_counts(h, devices[h.name]), check=False)
         split = {n: None if isinstance(v, BaseException) else _split(v, result.faulted[n]) for n, v in counted.items()}
         before = result.before_ios = {n: None if v is None else sum(v) for n, v in split.items()}
@@ -630,10 +664,13 @@ def path_outage(
         # the change and just after its restore, so it holds the change with at most a command's time to spare.
         down = each(hosts, _clock, check=False)
         fired = _attempt(at_target.fire)
-        result.late_ios, down_s, result.samples = _hold_counting(
-            hosts, devices, result.faulted, down_s, before if fired is None else None, settings.settled_share
-        )
-        result.down_s = down_s
+        if outage == RESTART:  # every path is away: nothing to count, the target stays down for the brief time
+            time.sleep(down_s)
+        else:
+            result.late_ios, down_s, result.samples = _hold_counting(
+                hosts, devices, result.faulted, down_s, before if fired is None else None, settings.settled_share
+            )
+            result.down_s = down_s
         restored = _attempt(at_target.restore)
         up = each(hosts, _clock, check=False)
         for what, failure in (("made", fired), ("undone", restored)):
@@ -641,7 +678,7 @@ def path_outage(
                 result.problems.append(f"{at_target.name} could not be {what}: {failure}")
     watched: dict[str, tuple[float | None, str] | BaseException] = {}
     watch_began = time.monotonic()
-    if outage in LATE_CHECKED and before is not None:
+    if outage in FAILBACK_WATCHED and before is not None:
         watched = each(
             hosts,
             lambda h: watch_failback(
@@ -653,7 +690,7 @@ def path_outage(
             ),
             check=False,
         )
-    if outage == BRIEF or result.queued:
+    if outage in (BRIEF, RESTART) or result.queued:
         # fio runs on until I/O flows again on every host (bounded), so a slow resume is measured as the stall it
         # is rather than cut off by fio's end: a fixed after_s once ended fio while iSER was still logging in
         # again after a brief outage, and the case could only say "I/O did not resume".
@@ -886,8 +923,9 @@ def outage_problems(
 ) -> list[str]:
     """Every reason the outage's case fails, each naming the host, the fault and the figure against its limit.
 
-    Brief outage: no I/O error and no verify error (whatever the lab's limits say: an outage shorter than the
-    path timeout must cost none), I/O after the fault, and the lab's limits (``max_stall_s``, ...). Long outage:
+    Brief outage and target restart (every path away for the brief time): no I/O error and no verify error
+    (whatever the lab's limits say: an outage shorter than the path timeout must cost none), I/O stopped for at
+    least :data:`TAKEN_SHARE` of the outage and resumed after it, and the lab's limits (``max_stall_s``, ...). Long outage:
     I/O errors seen on every host (else the measurement cannot see errors); the lab's limits but for the error
     counts and the stall, which the outage is there to cause. A long outage on hosts that queue
     (:attr:`OutageResult.queued`): no I/O error and no verify error, I/O stopped for the outage and resumed after
@@ -896,7 +934,7 @@ def outage_problems(
     if result.queued:
         queued = {"max_io_errors": None, "max_verify_errors": 0.0, "max_stall_s": None}
         limits = limits.model_copy(update={**queued, "max_first_io_s": None, "max_recovery_s": None})
-    elif result.outage in (BRIEF, ONE_PATH, RESET, RELOGIN, *TARGET_OUTAGES):
+    elif result.outage in (BRIEF, ONE_PATH, RESET, RELOGIN, RESTART, *TARGET_OUTAGES):
         limits = limits.model_copy(update={"max_io_errors": 0.0, "max_verify_errors": 0.0})
     elif result.outage == LONG:
         lifted = {"max_io_errors": None, "max_verify_errors": None, "max_stall_s": None}
@@ -911,12 +949,13 @@ def outage_problems(
         label = f"{host}, fault {figures.fault.name}"
         if figures.pre_fault_iops is None:
             problems.append(f"{label}: no I/O completed before the fault, so nothing was measured")
-        resumes = result.outage == BRIEF or result.queued
+        resumes = result.outage in (BRIEF, RESTART) or result.queued
         if result.outage in (RESET, RELOGIN) and figures.first_io_s is None:
             after = "the controller reset" if result.outage == RESET else "the session's logout and login"
             problems.append(f"{label}: I/O did not go on after {after} (no I/O completed after it)")
         if resumes and figures.first_io_s is None:
-            problems.append(f"{label}: I/O did not resume after the links came back (no I/O completed after it)")
+            back = "the target came back" if result.outage == RESTART else "the links came back"
+            problems.append(f"{label}: I/O did not resume after {back} (no I/O completed after it)")
         if result.queued and figures.io_errors:
             problems.append(
                 f"{label}: {figures.io_errors} I/O error(s) although the lab's hosts queue with no path left "

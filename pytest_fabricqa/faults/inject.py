@@ -16,8 +16,8 @@ Restore is guaranteed three ways:
   changes, both *before* the command that breaks anything runs; a failed inject is restored by the same undo.
 - Restores are idempotent (a link already up, a port already linked, a portal already there: nothing to do), and
   the record goes only once the restore succeeded.
-- :func:`restore_stale` (run by :func:`pytest_fabricqa.fabric.provision.cleanup_stale`) restores what a killed run left
-  from those records; :func:`leftover_faults` lists records still present for the leftovers gate.
+- :func:`~pytest_fabricqa.faults.stale.restore_stale` (run by :func:`pytest_fabricqa.fabric.provision.cleanup_stale`) restores what a killed run left
+  from those records; :func:`~pytest_fabricqa.faults.stale.leftover_faults` lists records still present for the leftovers gate.
 
 Only objects this plugin made may be faulted: the lab's own storage interface of a host, and ports, portals and
 listeners of subsystems and targets the drivers' state files list as theirs. Anything else is refused in one line
@@ -53,7 +53,6 @@ from pytest_fabricqa.targets.nvmet.snapshot import SNAPSHOT_SCRIPT as NVMET_SNAP
 from pytest_fabricqa.targets.nvmet.snapshot import parse_snapshot as parse_nvmet
 from pytest_fabricqa.targets.spdk.jsonrpc import RpcClient, SpdkRpcError, SpdkUnreachable, result_of
 from pytest_fabricqa.transport.base import CommandError, CommandResult, Host
-from pytest_fabricqa.transport.fanout import each
 
 
 @dataclass(frozen=True)
@@ -1621,20 +1620,6 @@ class PathTimeouts(_RecordedFault):
 
 # -- choosing the fault for a lab's target ------------------------------------------------------------------------
 
-REGISTRY: dict[str, Callable[[LabModel, Host, str, Mapping[str, Any]], _RecordedFault]] = {
-    LinkDown.kind: LinkDown.from_record,
-    LinkDrop.kind: LinkDrop.from_record,
-    NvmetPortDown.kind: NvmetPortDown.from_record,
-    AnaStateChange.kind: AnaStateChange.from_record,
-    LioPortalDown.kind: LioPortalDown.from_record,
-    LioAluaChange.kind: LioAluaChange.from_record,
-    SpdkListenerDown.kind: SpdkListenerDown.from_record,
-    SpdkAnaChange.kind: SpdkAnaChange.from_record,
-    PathTimeouts.kind: PathTimeouts.from_record,
-    SessionRelogin.kind: SessionRelogin.from_record,
-}
-"""Record kind -> how to rebuild the fault from its record (for :func:`restore_stale`)."""
-
 
 _F = TypeVar("_F", bound="_RecordedFault")
 
@@ -1817,107 +1802,9 @@ def ana_change(
     return of_lab(lab, AnaStateChange(host, model.name_prefix, portid, state))
 
 
-# -- a killed run's faults ----------------------------------------------------------------------------------------
-
-
-def _prefixes(lab: LabModel, target_host: str | None = None) -> list[str]:
-    return list(dict.fromkeys(t.name_prefix for t in lab.targets if target_host in (None, t.place)))
-
-
-def _lab_hosts(lab: LabModel, hosts: Mapping[str, Host], target_host: str | None = None) -> list[Host]:
-    names = [n for n in lab.hosts if target_host in (None, n) or n in lab.hosts_with("initiator")]
-    return [hosts[name] for name in names if name in hosts]
-
-
-def leftover_faults(lab: LabModel, hosts: Mapping[str, Host]) -> list[str]:
-    """Every fault record still on a lab host (a fault not restored yet), one sentence each."""
-    found: list[str] = []
-    for host in _lab_hosts(lab, hosts):
-        for prefix in _prefixes(lab):
-            path = records_path(prefix)
-            try:
-                records = _records(host, path)
-            except Exception as exc:  # an unverified host is not a clean one
-                found.append(f"{host.name}: could not be checked for fault records ({command_tail(exc)})")
-                continue
-            for record in records.values():
-                found.append(
-                    f"{host.name}: fault '{record.get('what', '?')}' by {_owner_text(record.get('owner'))} is not "
-                    f"restored (record in {path}; restore: {record.get('restore', '?')})"
-                )
-    return found
-
-
-def restore_stale(lab: LabModel, hosts: Mapping[str, Host], *, target_host: str | None = None) -> list[str]:
-    """Restore every fault a killed run left, from its record; one sentence per restore.
-
-    A record whose run still runs on this machine (this process, another xdist worker) is live, not stale: left to
-    its own undo. With ``target_host`` (a target's ``place``, as :func:`pytest_fabricqa.fabric.provision.cleanup_stale`
-    gets it), only the records of that place's targets' name prefixes, on the initiators and that host. A record
-    that cannot be restored raises a :class:`FaultError` after every other was tried.
-    """
-    restored: list[str] = []
-    failures: list[FaultError] = []
-    prefixes = _prefixes(lab, target_host)
-    # Every connect_fabric asks this of every host: read them at once (one round trip, not one per host).
-    places = _lab_hosts(lab, hosts, target_host)
-    found = each(
-        places,
-        lambda host: [(p, _records(host, records_path(p))) for p in prefixes],
-        check=False,
-    )
-    for host in places:
-        listing = found[host.name]
-        if isinstance(listing, BaseException):
-            raise listing  # as a read on its own would have
-        for prefix, records in listing:
-            for key, record in records.items():
-                if owner_alive(record.get("owner")):
-                    continue
-                if _owner_lab(record) not in (lab.name, None):
-                    restored.append(
-                        f"{host.name}: left {_owner_text(record.get('owner'))}'s fault '{record.get('what', key)}' "
-                        f"alone (its record in {records_path(prefix)})"
-                    )
-                    continue
-                rebuild = REGISTRY.get(str(record.get("kind")))
-                what = record.get("what", key)
-                try:
-                    if rebuild is None:
-                        raise FaultError(
-                            host.name,
-                            f"fault record {key} has an unknown kind {record.get('kind')!r}",
-                            f"restore it by hand ({record.get('restore', '?')}) and remove it from "
-                            f"{records_path(prefix)}",
-                        )
-                    of_lab(lab, rebuild(lab, host, prefix, record)).restore()
-                except FaultError as exc:
-                    failures.append(exc)
-                    continue
-                except (KeyError, TypeError, ValueError):
-                    failures.append(
-                        FaultError(
-                            host.name,
-                            f"fault record {key} in {records_path(prefix)} is incomplete",
-                            f"restore it by hand ({record.get('restore', '?')}) and remove the record",
-                        )
-                    )
-                    continue
-                restored.append(
-                    f"{host.name}: restored '{what}' that {_owner_text(record.get('owner'))} left "
-                    f"({record.get('restore', '?')})"
-                )
-    if failures:
-        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        first = failures[0]
-        raise FaultError(first.host, f"{first.what}{more}", first.fix)
-    return restored
-
-
 __all__ = [
     "ALUA_STATES",
     "ANA_STATES",
-    "REGISTRY",
     "AnaStateChange",
     "FaultError",
     "FaultInjector",
@@ -1931,13 +1818,11 @@ __all__ = [
     "alua_change",
     "ana_change",
     "fault_window",
-    "leftover_faults",
     "link_down",
     "of_lab",
     "other_labs_faults",
     "owner_alive",
     "parse_timeouts",
     "records_path",
-    "restore_stale",
     "target_port_down",
 ]

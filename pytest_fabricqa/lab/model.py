@@ -637,7 +637,7 @@ class FailoverSettings(_Model):
     """How long, at the most, the path carrying the I/O stays down in the one-path and target-side outages
     (faults a, b, c, for targets serving on several paths): long enough for the initiator to give the path up and
     move the I/O to another. The fault ends sooner once every host's I/O is back to its rate on the remaining paths
-    in two samples in a row (``outage.SETTLED_SAMPLES``; not the ALUA fault, whose refused commands count as I/O)."""
+    in two samples in a row (``outage.SETTLED_SAMPLES``)."""
     recover_s: float = Field(60.0, gt=0, le=3600)
     """After the long outage: how long every initiator may take to read its device again."""
     region_mb: int = Field(1, ge=1, le=1048576)
@@ -665,6 +665,9 @@ class FailoverSettings(_Model):
     it shared the host's I/O with another path before the fault (a round-robin or service-time policy over every
     path: it must carry I/O again, ``failback_s``). Where it carried the host's I/O alone (NVMe's numa policy, a
     dm-multipath failover group), one sample is read and reported: whether I/O goes back is the policy's choice."""
+    flap_cycles: int = Field(3, ge=2, le=20)
+    """Path flapping (``path-flapping``): how many times in a row the path carrying the I/O is lost and given back
+    under one run, its failback watched between (SPDK's host/failover.sh fails over three times)."""
     long_outage: Literal["fail-fast", "queue"] = "fail-fast"
     """What the hosts do with every path gone for long, the lab's choice (both are valid for RAC):
     ``fail-fast``, I/O fails once the path timeout ran out, so the long outage must show I/O errors on every host;

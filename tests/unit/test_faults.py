@@ -25,6 +25,7 @@ from pytest_fabricqa.core.commands import CommandResult
 from pytest_fabricqa.core.undo import UndoStack
 from pytest_fabricqa.fabric import provision
 from pytest_fabricqa.faults import inject as faults
+from pytest_fabricqa.faults import stale
 from pytest_fabricqa.lab.load import load_lab
 from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.targets import lio, remote
@@ -393,7 +394,7 @@ def test_a_lio_alua_change_makes_the_tpgs_group_unavailable_in_each_backstore_an
     )
     assert undo.unwind() == [] and host.alua == {"iblock_0/fabricqa_nvme0:fabricqa_tpgt_1": "0"}
     assert host.records() == {}
-    rebuilt = faults.REGISTRY["lio-alua"](lab(), host, "fabricqa", record)
+    rebuilt = stale.REGISTRY["lio-alua"](lab(), host, "fabricqa", record)
     assert isinstance(rebuilt, faults.LioAluaChange) and rebuilt.backstores == ["iblock_0/fabricqa_nvme0"]
 
 
@@ -502,7 +503,7 @@ def test_a_killed_runs_spdk_ana_change_is_rebuilt_from_its_record() -> None:
     host = FaultHost("vstor")
     spdk_ana_fault(host).inject(UndoStack())  # the run is killed here
     (record,) = host.records().values()
-    fault = faults.REGISTRY[record["kind"]](lab(), host, "fabricqa", record)
+    fault = stale.REGISTRY[record["kind"]](lab(), host, "fabricqa", record)
     assert isinstance(fault, faults.SpdkAnaChange) and fault.before == "optimized"
     fault.restore()
     assert host.spdk_ana == "optimized" and host.records() == {}
@@ -523,20 +524,20 @@ def test_restore_stale_restores_a_killed_runs_fault_from_its_record_and_says_so(
     host = FaultHost()
     killed_run_left_link_down(host)
     assert not host.link_up
-    lines = faults.restore_stale(lab(), {"vnode1": host})
+    lines = stale.restore_stale(lab(), {"vnode1": host})
     assert lines == [
         "vnode1: restored 'vnode1 storage link eth1 down' that pid 4242 on a-controller-that-was-killed left "
         "(ip link set dev eth1 up)"
     ]
     assert host.link_up and host.records() == {}
-    assert faults.restore_stale(lab(), {"vnode1": host}) == []
+    assert stale.restore_stale(lab(), {"vnode1": host}) == []
 
 
 def test_a_fault_whose_run_still_runs_is_left_to_that_runs_undo() -> None:
     """Under xdist another worker's fault is live, not stale: the next connect's clean-up must not end it."""
     host = FaultHost()
     link_fault(host).inject(UndoStack())
-    assert faults.restore_stale(lab(), {"vnode1": host}) == []
+    assert stale.restore_stale(lab(), {"vnode1": host}) == []
     assert not host.link_up and list(host.records()) == ["link:eth1"]
 
 
@@ -558,10 +559,10 @@ def test_leftover_faults_sees_a_record_and_the_leftovers_gate_with_it() -> None:
         "vnode1: fault 'vnode1 storage link eth1 down' by pid 4242 on a-controller-that-was-killed is not restored "
         f"(record in {RECORDS}; restore: ip link set dev eth1 up)"
     )
-    assert faults.leftover_faults(lab(), {"vnode1": host}) == [expected]
+    assert stale.leftover_faults(lab(), {"vnode1": host}) == [expected]
     assert expected in provision.leftovers(lab(), {"vnode1": host})
-    faults.restore_stale(lab(), {"vnode1": host})
-    assert faults.leftover_faults(lab(), {"vnode1": host}) == []
+    stale.restore_stale(lab(), {"vnode1": host})
+    assert stale.leftover_faults(lab(), {"vnode1": host}) == []
 
 
 # -- every frame dropped, the link up (the virtual lab's outage: Soft-RoCE does not survive a link down) ----------
@@ -594,7 +595,7 @@ def test_a_killed_runs_drop_is_removed_at_the_next_start_from_its_record() -> No
     records = host.records()
     records["drop:eth1"]["owner"] = DEAD
     host.files[RECORDS] = json.dumps({"kind": "faults", "faults": records})
-    assert faults.restore_stale(lab(), {"vnode1": host}) == [
+    assert stale.restore_stale(lab(), {"vnode1": host}) == [
         "vnode1: restored 'vnode1 storage link eth1 dropping every frame' that pid 4242 on "
         "a-controller-that-was-killed left (tc qdisc del dev eth1 clsact)"
     ]
@@ -792,7 +793,7 @@ def test_the_stale_restore_leaves_another_labs_record_alone_and_names_it() -> No
     host = FaultHost()
     team_b_fault(host, DEAD, path=RECORDS)
     before = host.files[RECORDS]
-    assert faults.restore_stale(lab(), {"vnode1": host}) == [
+    assert stale.restore_stale(lab(), {"vnode1": host}) == [
         "vnode1: left lab 'team-b', pid 4242 on a-controller-that-was-killed's fault 'vnode1 storage link eth2 down' "
         "alone (its record in /run/fabricqa/fabricqa-faults.json)"
     ]
@@ -979,7 +980,7 @@ def test_a_run_killed_between_the_logout_and_the_login_is_logged_in_again_at_the
     records = host.records()
     records[f"iscsi-session:{IQN}:10.10.10.19"]["owner"] = DEAD
     host.files[RECORDS] = json.dumps({"kind": "faults", "faults": records})
-    assert faults.restore_stale(lab(), {"vnode1": host}) == [
+    assert stale.restore_stale(lab(), {"vnode1": host}) == [
         f"vnode1: restored 'vnode1 iSCSI session to 10.10.10.19 logged out and in' that pid 4242 on "
         f"a-controller-that-was-killed left (iscsiadm -m node -T {IQN} -p {PORTAL} --login)"
     ]

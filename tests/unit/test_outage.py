@@ -21,11 +21,12 @@ from typing import Any
 import pytest
 from fakes import Answer, ScriptedHost, answer_files
 
-from pytest_fabricqa.core.cases import ALUA, ANA, BRIEF, LONG, ONE_PATH, PORT, RELOGIN, RESET
+from pytest_fabricqa.core.cases import ALUA, ANA, BRIEF, FLAPPING, LONG, ONE_PATH, PORT, RELOGIN, RESET, RESTART
 from pytest_fabricqa.core.undo import UndoStack
-from pytest_fabricqa.failover import outage
+from pytest_fabricqa.failover import flapping, outage
 from pytest_fabricqa.failover.figures import FailoverFigures, fault_stall, measure
 from pytest_fabricqa.faults import inject as faults
+from pytest_fabricqa.faults import stale
 from pytest_fabricqa.faults.inject import Fault
 from pytest_fabricqa.fio.stalls import HostSeries, Stall, stalls
 from pytest_fabricqa.lab.load import load_lab
@@ -183,7 +184,7 @@ def test_a_killed_runs_timeouts_are_set_back_at_the_next_start_from_the_record()
     records["path-timeouts"]["owner"] = DEAD
     host.files[RECORDS] = json.dumps({"kind": "faults", "faults": records})
     assert host.sysfs != before
-    lines = faults.restore_stale(lab(), {"vnode1": host})
+    lines = stale.restore_stale(lab(), {"vnode1": host})
     assert host.sysfs == before and host.records() == {}
     assert len(lines) == 1 and "path timeouts set" in lines[0] and "pid 4242" in lines[0]
 
@@ -197,7 +198,7 @@ def test_a_controller_number_reused_since_is_not_touched_by_the_restore() -> Non
     records = host.records()
     records["path-timeouts"]["owner"] = DEAD
     host.files[RECORDS] = json.dumps({"kind": "faults", "faults": records})
-    faults.restore_stale(lab(), {"vnode1": host})
+    stale.restore_stale(lab(), {"vnode1": host})
     assert host.sysfs == changed
 
 
@@ -286,7 +287,7 @@ def figures(
 
 
 def result(name: str, *hosts: FailoverFigures) -> outage.OutageResult:
-    return outage.OutageResult(name, 2.0 if name == BRIEF else 16.0, {f.host: f for f in hosts})
+    return outage.OutageResult(name, 2.0 if name in (BRIEF, RESTART) else 16.0, {f.host: f for f in hosts})
 
 
 LIMITS = Thresholds(max_stall_s=10)
@@ -297,8 +298,10 @@ def test_a_brief_outage_without_errors_and_a_short_stall_passes() -> None:
     assert outage.outage_problems(done, LIMITS, ["vnode1", "vnode2"]) == []
 
 
-def test_a_brief_outage_with_an_io_error_fails_naming_the_host_the_fault_and_the_count() -> None:
-    done = result(BRIEF, figures("vnode1", stall_s=2.4), figures("vnode2", stall_s=2.6, io_errors=3))
+# The target restart takes every path away for the brief time and is judged as the brief outage.
+@pytest.mark.parametrize("name", [BRIEF, RESTART])
+def test_a_brief_outage_with_an_io_error_fails_naming_the_host_the_fault_and_the_count(name: str) -> None:
+    done = result(name, figures("vnode1", stall_s=2.4), figures("vnode2", stall_s=2.6, io_errors=3))
     (problem,) = outage.outage_problems(done, LIMITS, ["vnode1", "vnode2"])
     assert problem.startswith("vnode2, fault every storage link down 2 s: ")
     assert "3 I/O errors is above the maximum of 0 I/O errors" in problem
@@ -316,9 +319,12 @@ def test_a_brief_outage_whose_stall_breaks_the_limit_fails() -> None:
     assert "the fault's stall 12.5 s is above the maximum of 10 s" in problem
 
 
+@pytest.mark.parametrize("name", [BRIEF, RESTART])
 @pytest.mark.parametrize("stall_s", [0.0, 0.9])
-def test_a_brief_outage_whose_fault_stopped_no_io_fails_as_a_fault_that_did_not_happen(stall_s: float) -> None:
-    done = result(BRIEF, figures("vnode1", stall_s=2.4), figures("vnode2", stall_s=stall_s))
+def test_a_brief_outage_whose_fault_stopped_no_io_fails_as_a_fault_that_did_not_happen(
+    stall_s: float, name: str
+) -> None:
+    done = result(name, figures("vnode1", stall_s=2.4), figures("vnode2", stall_s=stall_s))
     (problem,) = outage.outage_problems(done, LIMITS, ["vnode1", "vnode2"])
     assert problem == (
         f"vnode2, fault every storage link down 2 s: I/O stopped for {stall_s:g} s only, though every path was down "
@@ -326,10 +332,11 @@ def test_a_brief_outage_whose_fault_stopped_no_io_fails_as_a_fault_that_did_not_
     )
 
 
-def test_a_brief_outage_after_which_io_never_resumed_fails() -> None:
-    done = result(BRIEF, figures("vnode1", stall_s=5.0, first_io=False))
+@pytest.mark.parametrize(("name", "back"), [(BRIEF, "the links came back"), (RESTART, "the target came back")])
+def test_a_brief_outage_after_which_io_never_resumed_fails(name: str, back: str) -> None:
+    done = result(name, figures("vnode1", stall_s=5.0, first_io=False))
     problems = outage.outage_problems(done, LIMITS, ["vnode1"])
-    assert any("I/O did not resume" in p for p in problems)
+    assert any(f"I/O did not resume after {back}" in p for p in problems)
 
 
 def test_a_long_outage_with_errors_on_every_host_passes_whatever_the_stall() -> None:
@@ -740,12 +747,15 @@ def faulted(kind: str, late_ios: int | None) -> outage.OutageResult:
     return result
 
 
-def test_an_alua_fault_is_not_judged_by_its_paths_late_count() -> None:
-    """Commands refused by an ALUA-unavailable port count as completed in the disk's stat (CI, a8a32a1)."""
-    assert outage.outage_problems(faulted(ALUA, 124), LIMITS, ["vnode1"]) == []
+def test_a_count_that_reads_below_zero_is_no_completion() -> None:
+    """vnode2's first sample of the ALUA fault in the full run of 24f59b3: the disk over 10.10.10.19 read
+    ``iodone_cnt - ioerr_cnt`` one lower at the end (a refused command ended between the two counters' reads)."""
+    out = "sda\t-1\ttraddr=10.10.10.19,trsvcid=3260\nsdc\t382\ttraddr=10.10.20.19,trsvcid=3260\n"
+    assert outage.parse_path_counts(out) == {"10.10.10.19": 0, "10.10.20.19": 382}
 
 
-@pytest.mark.parametrize("kind", [ONE_PATH, ANA, PORT])
+# ALUA's too: its refused commands are errors (ioerr_cnt), so the count leaves them out (full run of 24f59b3).
+@pytest.mark.parametrize("kind", [ONE_PATH, ANA, PORT, ALUA])
 def test_a_fault_whose_path_still_completes_io_at_its_end_fails_the_case(kind: str) -> None:
     """A fault that changed nothing looks like a perfect failover (no stall, no error, I/O all along): the path it
     should have taken away completing I/O near the fault's end is what gives it away; I/O that could not be
@@ -794,6 +804,13 @@ def test_the_ana_outage_needs_the_fault_on_the_target() -> None:
     with pytest.raises(ValueError, match="needs target_fault"):
         outage.path_outage(
             lab(), [], {}, {}, name_prefix="fqa-vlab", subsystems=(), family="nvme", outage=ANA, undo=UndoStack()
+        )
+
+
+def test_the_target_restart_needs_the_fault_that_restarts_the_target() -> None:
+    with pytest.raises(ValueError, match="needs target_restart"):
+        outage.path_outage(
+            lab(), [], {}, {}, name_prefix="fqa-vlab", subsystems=(), family="nvme", outage=RESTART, undo=UndoStack()
         )
 
 
@@ -1092,3 +1109,53 @@ def test_the_fault_records_lock_is_taken_on_a_host_where_nothing_made_its_folder
     with faults.records_locked(LocalHost("vnode1"), str(records)):
         assert (records.parent / "faults.lock").is_dir()
     assert not (records.parent / "faults.lock").exists()
+
+
+# -- path flapping (issue 29, item 4) ---------------------------------------------------------------------------
+
+
+def flap_cycle(
+    number: int, *, first_io_s: float | None = 5.5, late: int = 0, failback: bool = True
+) -> outage.OutageResult:
+    """One cycle of three on vnode1 as the flapping case leaves it: the active path's link down 8 s."""
+    fault = Fault(f"cycle {number} of 3: the active path's link down", 10_000 * number, 10_000 * number + 8_000)
+    stall = Stall(fault.start_ms, fault.start_ms + round((first_io_s or 8) * 1000))
+    figures = FailoverFigures("vnode1", fault, stall, first_io_s, first_io_s, 900.0, 0, 0)
+    figures = replace(
+        figures, failback_s=1.6 if failback else None, failback="seen" if failback else "none", failback_due=True
+    )
+    cycle = outage.OutageResult(ONE_PATH, 8.0, {"vnode1": figures})
+    cycle.faulted, cycle.late_ios = {"vnode1": "10.10.10.19"}, {"vnode1": late}
+    cycle.before_ios, cycle.before_faulted = {"vnode1": 100}, {"vnode1": 50}
+    return cycle
+
+
+def flapped(*cycles: outage.OutageResult, io_errors: int = 0) -> outage.OutageResult:
+    result = outage.OutageResult(FLAPPING, 8.0, cycles=list(cycles))
+    worst = max((c.figures["vnode1"] for c in cycles), key=lambda f: f.stall_s)
+    result.figures["vnode1"] = replace(worst, io_errors=io_errors)
+    return result
+
+
+def test_three_clean_failovers_with_their_failbacks_pass() -> None:
+    assert flapping.flapping_problems(flapped(*(flap_cycle(n) for n in (1, 2, 3))), LIMITS, ["vnode1"]) == []
+
+
+def test_a_flapping_cycle_that_did_not_move_the_io_or_fail_back_fails_naming_the_cycle() -> None:
+    result = flapped(flap_cycle(1), flap_cycle(2, first_io_s=None, late=12), flap_cycle(3, failback=False))
+    problems = flapping.flapping_problems(result, LIMITS, ["vnode1"])
+    assert [p.split(":")[0] for p in problems] == [
+        "vnode1, fault cycle 2 of 3",  # no I/O while the path was down
+        "vnode1, fault cycle 2 of 3",  # the path still completed I/O at the fault's end
+        "vnode1, fault cycle 3 of 3",  # no failback
+    ], problems
+    assert "I/O did not move to a remaining path" in problems[0] and "still completed 12 I/Os" in problems[1]
+    assert "no failback" in problems[2]
+
+
+def test_errors_over_the_flapping_run_fail_it_once() -> None:
+    problems = flapping.flapping_problems(flapped(flap_cycle(1), flap_cycle(2), io_errors=4), LIMITS, ["vnode1"])
+    assert problems == [
+        "vnode1: 4 I/O error(s) and 0 verify error(s) over the 2 failovers: losing one path while others remain must "
+        "cost none"
+    ]

@@ -9,15 +9,10 @@ guests, and later tests of this tier connect over nvme-rdma and iSER (labs/vlab.
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
+from vlab_support import killed_once_down
 
 from pytest_fabricqa.fabric.provision import connect_fabric, leftovers
 from pytest_fabricqa.faults import inject as faults
@@ -26,8 +21,6 @@ from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.transport.base import Host
 
 pytestmark = pytest.mark.vlab
-
-ROOT = Path(__file__).parents[2]
 
 # Drops every frame of each initiator's storage link as the failover suite does, says DOWN, and waits to be killed.
 DROP_CHILD = textwrap.dedent(
@@ -50,27 +43,6 @@ DROP_CHILD = textwrap.dedent(
 )
 
 
-def _killed_once_down(script: str, lab: LabModel, ssh: dict[str, str]) -> list[str]:
-    """Run ``script`` (a child run given the lab and its SSH settings) until it says DOWN, then SIGKILL it; the words
-    after DOWN."""
-    args = {"lab": lab.model_dump(mode="json"), **ssh}
-    child = subprocess.Popen(
-        [sys.executable, "-c", script, json.dumps(args)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    try:
-        assert child.stdout is not None
-        words = child.stdout.readline().split()
-        assert words[:1] == ["DOWN"], f"child said {words!r}; stderr: {child.stderr.read() if child.stderr else ''}"
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
-    return words[1:]
-
-
 def _dropping(host: Host) -> bool:
     return "qdisc clsact " in host.run(["tc", "qdisc", "show", "dev", "eth1"]).stdout
 
@@ -81,7 +53,7 @@ def test_a_run_killed_while_every_path_is_down_is_restored_when_the_next_run_sta
     lab, hosts, ssh = vlab
     assert lab.failover.outage_by == "drop"
     initiators = lab.hosts_with("initiator")
-    _killed_once_down(DROP_CHILD, lab, ssh)
+    killed_once_down(DROP_CHILD, lab, ssh)
     try:
         assert all(_dropping(hosts[name]) for name in initiators), "the killed run's fault is gone by itself"
         left = [line for line in leftovers(lab, hosts) if "dropping every frame" in line]
@@ -142,7 +114,7 @@ def test_a_run_killed_while_a_session_is_logged_out_logs_it_in_again_when_the_ne
     model = lab.target_for("iscsi", "lio")
     assert model.iscsi is not None
     iqn = model.iscsi.iqn
-    (address,) = _killed_once_down(LOGOUT_CHILD, lab, ssh)
+    (address,) = killed_once_down(LOGOUT_CHILD, lab, ssh)
     try:
         for name in initiators:  # logged out through the first path, still in through the other
             portals = _portals(hosts[name], iqn)

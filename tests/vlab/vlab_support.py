@@ -8,7 +8,11 @@ socket switch). `.ci/run` sets it so that these tests run beside the main job on
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -71,3 +75,24 @@ def reads_per_path(host: Any, device: str, blocks: int = 1000) -> dict[str, int]
     host.run(["dd", f"if={device}", "of=/dev/null", "bs=4k", f"count={blocks}", "iflag=direct"])
     after = paths_of(host, device)
     return {path: after[path][2] - before.get(path, after[path])[2] for path in after}
+
+
+def killed_once_down(script: str, lab: LabModel, ssh: dict[str, str], **extra: Any) -> list[str]:
+    """Run ``script`` (a child run given the lab, its SSH settings and ``extra`` as JSON in argv[1]) until it says
+    DOWN, then SIGKILL it; the words after DOWN."""
+    args = {"lab": lab.model_dump(mode="json"), **ssh, **extra}
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, json.dumps(args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert child.stdout is not None
+        words = child.stdout.readline().split()
+        assert words[:1] == ["DOWN"], f"child said {words!r}; stderr: {child.stderr.read() if child.stderr else ''}"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    return words[1:]
