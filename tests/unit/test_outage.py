@@ -718,6 +718,53 @@ def test_a_path_counts_only_what_it_completed_without_error(tmp_path: Path) -> N
     assert outage.parse_path_counts(out) == {"10.10.10.19": 0, "10.10.20.19": 40}
 
 
+FAKE_CAT = r"""#!/bin/sh
+# A SCSI disk's ioerr_cnt and iodone_cnt as the kernel would answer them while a burst of failed commands lands: the
+# counters read before the burst until $BURST_AFTER counter reads were made, after it from then on; else the real cat.
+case $1 in
+  *_cnt)
+    n=$(/bin/cat "$SEQ/reads"); echo $((n + 1)) > "$SEQ/reads"
+    if [ "$n" -lt "$BURST_AFTER" ]; then w=before; else w=after; fi
+    /bin/cat "$SEQ/$w-$(basename "$1")" ;;
+  *) exec /bin/cat "$@" ;;
+esac
+"""
+
+
+def test_failed_commands_between_the_two_counters_reads_are_no_completions(tmp_path: Path) -> None:
+    """The race behind the full run of 24f59b3's failed failback test: a lost session's queued commands fail at
+    once (iodone_cnt and ioerr_cnt both +3) while a sample reads the two counters. Read one after the other
+    (iodone_cnt, then ioerr_cnt) with the burst between, the sample's start was 3 short and the sample counted the
+    burst as 3 completions; read as a pair that no error came between (ioerr_cnt the same before and after
+    iodone_cnt), the burst is none. The counters answer as the kernel would around a burst after the first read."""
+    block, connections, seq = tmp_path / "block", tmp_path / "iscsi_connection", tmp_path / "seq"
+    (block / "dm-0" / "slaves" / "sda").mkdir(parents=True)
+    scsi = tmp_path / "devices" / "session4" / "target0:0:0" / "0:0:0:4"
+    scsi.mkdir(parents=True)
+    for name in ("iodone_cnt", "ioerr_cnt"):
+        (scsi / name).write_text("0x0\n")
+    (block / "sda").mkdir()
+    (block / "sda" / "device").symlink_to(scsi)
+    (block / "sda" / "stat").write_text(stat_line(100, 200))
+    (connections / "connection4:0").mkdir(parents=True)
+    (connections / "connection4:0" / "persistent_address").write_text("10.10.10.19\n")
+    (connections / "connection4:0" / "persistent_port").write_text("3260\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "cat").write_text(FAKE_CAT)
+    (bin_dir / "cat").chmod(0o755)
+    seq.mkdir()
+    (seq / "reads").write_text("0\n")
+    for when, done, failed in (("before", "0x100", "0x2"), ("after", "0x103", "0x5")):
+        (seq / f"{when}-iodone_cnt").write_text(done + "\n")
+        (seq / f"{when}-ioerr_cnt").write_text(failed + "\n")
+    argv = ["sh", "-c", outage.ACTIVE_PATH, "sh", str(block / "dm-0"), "0", str(block), str(connections)]
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SEQ": str(seq), "BURST_AFTER": "1"}
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=True).stdout
+    assert outage.parse_path_counts(out) == {"10.10.10.19": 0}, out
+    assert int((seq / "reads").read_text()) >= 6  # the pair read again once the burst came between
+
+
 def test_the_one_path_outage_takes_down_the_port_of_the_active_path() -> None:
     class Host(ScriptedHost):
         def answer(self, argv: tuple[str, ...]) -> Answer:

@@ -196,6 +196,7 @@ def test_a_path_that_never_carries_io_again_after_the_fault_fails_the_case_as_no
     missing = [p for p in problems if p.endswith(": no failback")]
     shared = [n for n in names if result.shared_before.get(n)]
     assert shared, result.shared_before  # round-robin over both paths: the premise of the check
-    assert sorted(p.split(",")[0] for p in missing) == sorted(shared), problems
+    seen = {n: (f.first_io_s, f.failback) for n, f in result.figures.items()}  # what each host's watch said
+    assert sorted(p.split(",")[0] for p in missing) == sorted(shared), (problems, seen, result.samples)
     assert all("carried none within 6 s of the fault being undone" in p for p in missing), missing
     assert leftovers(lab, hosts) == []
