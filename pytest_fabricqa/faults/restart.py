@@ -16,7 +16,7 @@ Per kind, what "restart" is here (each a recorded fault, restored even after SIG
 - tgt: the target set offline and each of its connections deleted, then set ready (:class:`TgtTargetOff`):
   offline alone only refuses logins (tgtd answers them with a target error).
 - SPDK: the ``nvmf_tgt`` this plugin started stopped and started again from its own saved configuration
-  (:class:`SpdkAppRestart`: ``save_config``, SIGTERM, then the same command line with ``--json``): a real restart of
+  (:class:`SpdkAppRestart`: its configuration saved as ``rpc.py save_config`` does, SIGTERM, then the same command line with ``--json``): a real restart of
   the target process, every qpair gone with it. An app fabricqa attached to but did not start is refused.
 """
 
@@ -349,7 +349,8 @@ def _tgt_fault(lab: LabModel, host: Host, name_prefix: str, iqn: str, control_po
 
 class SpdkAppRestart(_RecordedFault):
     """The ``nvmf_tgt`` this plugin started (the SPDK driver's state file names it) stopped and started again from
-    its own configuration (see the module): ``save_config`` into ``/run/fabricqa/<name_prefix>-spdk-restart.json``,
+    its own configuration (see the module): what ``rpc.py save_config`` writes (each subsystem's
+    ``framework_get_config``) into ``/run/fabricqa/<name_prefix>-spdk-restart.json``,
     the app stopped as its teardown stops it, then the command line it was started with plus ``--json`` that file,
     waited for until its framework is up; the new pid goes into the driver's state file (its teardown stops that
     one). The restore does nothing while the recorded app still runs. Refused for an app fabricqa did not start."""
@@ -404,14 +405,21 @@ class SpdkAppRestart(_RecordedFault):
             "log": str(started.get("log", "")),
             "pidfile": str(started.get("pidfile", "")),
         }
+        # Saved now, before the fault's window opens (a save takes seconds under emulation; the stop is the break).
+        # What SPDK's `rpc.py save_config` writes (it is the client's, not an RPC): each subsystem's config in the
+        # app's order, which `--json` replays at start.
+        try:
+            rpc = self._rpc()
+            names = [str(entry["subsystem"]) for entry in rpc.call("framework_get_subsystems")]
+            configs = [rpc.call("framework_get_config", {"name": name}) for name in names]
+        except (SpdkRpcError, SpdkUnreachable, KeyError, TypeError) as exc:
+            raise self._refuse(f"its configuration could not be saved ({exc})", "see the app's log") from None
+        config = json.dumps(
+            {"subsystems": [{"subsystem": n, "config": c} for n, c in zip(names, configs, strict=True)]}
+        )
+        self.host.run(["sh", "-c", SPDK_CONFIG_WRITE, "sh", self.config], stdin=config)
 
     def _inject(self) -> CommandResult:
-        try:
-            saved = self._rpc().call("save_config")
-        except (SpdkRpcError, SpdkUnreachable) as exc:
-            raise self._refuse(f"its configuration could not be saved ({exc})", "see the app's log") from None
-        config = json.dumps(saved)
-        self.host.run(["sh", "-c", SPDK_CONFIG_WRITE, "sh", self.config], stdin=config)
         p = self.params
         return self.host.run(["sh", "-c", SPDK_STOP, "sh", str(p["pid"]), p["binary"], p["socket"]], timeout=90)
 

@@ -193,9 +193,13 @@ class SpdkHost(ScriptedHost):
         if script == spdk_app.ALIVE_SCRIPT:
             return "RUNNING\n" if int(argv[4]) in self.running else "GONE\n"
         if argv[:3] == ("python3", "-c", CLIENT_SCRIPT):
-            (method, _), *_ = json.loads(argv[-1])
+            (method, params), *_ = json.loads(argv[-1])
             self.steps.append(method)
-            result = {"subsystems": [{"subsystem": "nvmf", "config": []}]} if method == "save_config" else True
+            result: Any = True
+            if method == "framework_get_subsystems":
+                result = [{"subsystem": "bdev", "depends_on": []}, {"subsystem": "nvmf", "depends_on": ["bdev"]}]
+            elif method == "framework_get_config":
+                result = [{"method": f"{params['name']}_set_options", "params": {}}]
             return json.dumps({"responses": [{"jsonrpc": "2.0", "id": 1, "result": result}]})
         if script == restart.SPDK_CONFIG_WRITE:
             self.written[argv[4]] = self.stdins[-1] or ""
@@ -226,15 +230,21 @@ def test_spdk_restarts_as_its_app_stopped_and_started_again_from_its_own_saved_c
     host = SpdkHost()
     fault = spdk_restart(host)
     assert fault.inject(UndoStack()) == float(T_DOWN)
-    assert host.steps == ["save_config", "stop 700 (1 record)"]  # saved, recorded, then stopped
-    assert json.loads(host.written[fault.config]) == {"subsystems": [{"subsystem": "nvmf", "config": []}]}
+    saved = ["framework_get_subsystems", "framework_get_config", "framework_get_config"]
+    assert host.steps == [*saved, "stop 700 (1 record)"]  # saved, recorded, then stopped
+    assert json.loads(host.written[fault.config]) == {  # as `rpc.py save_config` writes it
+        "subsystems": [
+            {"subsystem": "bdev", "config": [{"method": "bdev_set_options", "params": {}}]},
+            {"subsystem": "nvmf", "config": [{"method": "nvmf_set_options", "params": {}}]},
+        ]
+    }
     assert fault.restore() == float(T_UP)
-    assert host.steps[2] == f"start {BINARY} -m 0x1 -r /var/tmp/spdk.sock -s 512 -u --json {fault.config}"
-    assert host.steps[3:] == ["framework_wait_init"]
+    assert host.steps[4] == f"start {BINARY} -m 0x1 -r /var/tmp/spdk.sock -s 512 -u --json {fault.config}"
+    assert host.steps[5:] == ["framework_wait_init"]
     assert json.loads(host.files[SPDK_STATE])["app"]["pid"] == 701  # its teardown stops the new app
     assert host.records() == {}
     fault.restore()  # running again: nothing more
-    assert len(host.steps) == 4
+    assert len(host.steps) == 6
 
 
 def test_a_killed_run_s_stopped_spdk_app_is_started_again_at_the_next_start() -> None:
