@@ -31,16 +31,13 @@ from pytest_fabricqa.failover.outage import (
     OutageResult,
     _hold_counting,
     _settled,
-    _split,
     active_port,
     apply_timeouts,
     collect_fio,
-    fio_argv,
+    count_before,
     outage_problems,
-    path_counts,
     series_of,
-    start_fio,
-    wait_for_io,
+    start_all,
     watch_failback,
 )
 from pytest_fabricqa.faults import inject as faults
@@ -79,15 +76,7 @@ def path_flapping(
     per_cycle = settings.one_path_down_s + settings.failback_wait_s + 2 * LATE_SAMPLE_S + CYCLE_SLACK_S
     runtime_s = math.ceil(settings.before_s + count * per_cycle + settings.after_s) + RUNTIME_MARGIN_S
     result.timeouts = apply_timeouts(lab, hosts, name_prefix, subsystems, family, undo)
-    folders = _settled(
-        each(
-            hosts,
-            lambda h: start_fio(
-                h, fio_argv(h.name, devices[h.name], regions[h.name], runtime_s, rate_iops=settings.rate_iops), undo
-            ),
-        )
-    )
-    _settled(each(hosts, lambda h: wait_for_io(h, devices[h.name])))
+    folders = start_all(hosts, devices, regions, runtime_s, settings.rate_iops, undo)
     time.sleep(settings.before_s)
     windows: dict[str, list[tuple[float, float] | None]] = {h.name: [] for h in hosts}
     watched: list[Mapping[str, object]] = []
@@ -159,11 +148,7 @@ def _one_cycle(
     links = {h.name: faults.link_outage(lab, h, name_prefix, chosen[h.name][0]) for h in hosts}
     cycle.faulted = {name: traddr for name, (_, traddr) in chosen.items()}
     _settled(each(hosts, lambda h: links[h.name].arm(undo)))
-    counted = each(hosts, lambda h: path_counts(h, devices[h.name]), check=False)
-    split = {n: None if isinstance(v, BaseException) else _split(v, cycle.faulted[n]) for n, v in counted.items()}
-    before = cycle.before_ios = {n: None if v is None else sum(v) for n, v in split.items()}
-    cycle.before_faulted = {n: None if v is None else v[0] for n, v in split.items()}
-    cycle.shared_before = {n: v is not None and v[0] > 0 and v[1] > 0 for n, v in split.items()}
+    before = count_before(cycle, hosts, devices)
     down = each(hosts, lambda h: links[h.name].fire(), check=False)
     cycle.late_ios, cycle.down_s, cycle.samples = _hold_counting(
         hosts, devices, cycle.faulted, settings.one_path_down_s, before, settings.settled_share

@@ -526,6 +526,41 @@ def apply_timeouts(
     return _settled(each(hosts, set_timeouts, check=False))
 
 
+def start_all(
+    hosts: Sequence[Host],
+    devices: Mapping[str, str],
+    regions: Mapping[str, Region],
+    runtime_s: int,
+    rate_iops: int | None,
+    undo: UndoStack,
+) -> dict[str, str]:
+    """fio writing and verifying each host's region (:func:`fio_argv`) started on every host, returned once I/O
+    completes on every device; each host's fio folder. Each fio's stop goes on ``undo``."""
+    folders = _settled(
+        each(
+            hosts,
+            lambda h: start_fio(
+                h, fio_argv(h.name, devices[h.name], regions[h.name], runtime_s, rate_iops=rate_iops), undo
+            ),
+        )
+    )
+    _settled(each(hosts, lambda h: wait_for_io(h, devices[h.name])))
+    return folders
+
+
+def count_before(result: OutageResult, hosts: Sequence[Host], devices: Mapping[str, str]) -> dict[str, int | None]:
+    """Each host's paths counted over a :data:`LATE_SAMPLE_S` s sample before the fault, split by the path
+    ``result.faulted`` names: what every path completed (returned, and :attr:`OutageResult.before_ios`), what the
+    faulted one did (:attr:`~OutageResult.before_faulted`), and whether it shared the I/O with another
+    (:attr:`~OutageResult.shared_before`: then it must carry I/O again after the fault); None where unread."""
+    counted = each(hosts, lambda h: path_counts(h, devices[h.name]), check=False)
+    split = {n: None if isinstance(v, BaseException) else _split(v, result.faulted[n]) for n, v in counted.items()}
+    before = result.before_ios = {n: None if v is None else sum(v) for n, v in split.items()}
+    result.before_faulted = {n: None if v is None else v[0] for n, v in split.items()}
+    result.shared_before = {n: v is not None and v[0] > 0 and v[1] > 0 for n, v in split.items()}
+    return before
+
+
 def path_outage(
     lab: LabModel,
     hosts: Sequence[Host],
@@ -581,15 +616,7 @@ def path_outage(
     if outage in (BRIEF, LONG):
         links = {h.name: _link_faults(lab, h, name_prefix) for h in hosts}
         _settled(each(hosts, lambda h: _arm_all(links[h.name], undo)))  # checked and recorded before fio starts
-    folders = _settled(
-        each(
-            hosts,
-            lambda h: start_fio(
-                h, fio_argv(h.name, devices[h.name], regions[h.name], runtime_s, rate_iops=settings.rate_iops), undo
-            ),
-        )
-    )
-    _settled(each(hosts, lambda h: wait_for_io(h, devices[h.name])))
+    folders = start_all(hosts, devices, regions, runtime_s, settings.rate_iops, undo)
     if outage == ONE_PATH:  # the path carrying the I/O is known only once it flows
         chosen = _settled(each(hosts, lambda h: active_port(lab, h, devices[h.name])))
         links = {h.name: [faults.link_outage(lab, h, name_prefix, chosen[h.name][0])] for h in hosts}
@@ -624,11 +651,7 @@ def path_outage(
     waited_from = time.monotonic()
     before: dict[str, int | None] | None = None
     if outage in FAILBACK_WATCHED:  # what every path completes before the fault: the rate a settled fault is back to
-        counted = each(hosts, lambda h: path_counts(h, devices[h.name]), check=False)
-        split = {n: None if isinstance(v, BaseException) else _split(v, result.faulted[n]) for n, v in counted.items()}
-        before = result.before_ios = {n: None if v is None else sum(v) for n, v in split.items()}
-        result.before_faulted = {n: None if v is None else v[0] for n, v in split.items()}
-        result.shared_before = {n: v is not None and v[0] > 0 and v[1] > 0 for n, v in split.items()}
+        before = count_before(result, hosts, devices)
     time.sleep(max(0.0, settings.before_s - (time.monotonic() - waited_from)))
     down: dict[str, Any]
     up: dict[str, Any]
