@@ -193,8 +193,9 @@ ACTIVE_SAMPLE_S = 1
 def _path_lines(text: str) -> list[tuple[str, int, str]]:
     """:data:`ACTIVE_PATH`'s output as (path device, I/Os completed in the sample, target address ``traddr``)."""
     lines = [line.split("\t") for line in text.splitlines()]
-    # A SCSI disk's count is two counters read one after the other: a command that ends between the reads can make
-    # the difference -1 (seen on iSCSI under the ALUA fault); that is no completion, not a negative one.
+    # A SCSI disk's count is two counters: read apart, a failed command between the reads made a sample -1 (iSCSI
+    # under the ALUA fault, before ACTIVE_PATH read them as a pair); should a pair still straddle one (20 retries
+    # ran out), that is no completion, not a negative one.
     return [(p[0], max(0, int(p[1])), traddr_of(p[2])) for p in lines if len(p) >= 3 and p[1].lstrip("-").isdigit()]
 
 
