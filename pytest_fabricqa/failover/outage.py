@@ -107,46 +107,23 @@ for f in *; do
 done
 """
 )
-# Waits (up to $2 s) until the block device $1 has completed a read or write since the script began: the fault
-# fires only once I/O flows (fio's set-up took seconds on a loaded emulated guest, and a fault before the first
-# completion measures nothing). Counted on the device, the devices under it (a device-mapper map's slaves) and,
-# for an NVMe multipath head (nvmeXnY, whose own counters Linux 6.1 leaves at zero), its paths nvmeXcZnY.
-# $3: the sysfs block folder, for tests.
-IO_FLOWING = r"""
-r=${3:-/sys/class/block}
-d=$(basename "$(readlink -f "$1")")
-count() {
-  for f in "$r/$d/stat" "$r/$d"/slaves/*; do
-    [ "${f##*/}" = stat ] || f=$r/${f##*/}/stat
-    [ -e "$f" ] && cat "$f"
-  done
-  case $d in nvme*n*) for f in "$r/${d%n*}"c*n"${d##*n}"/stat; do [ -e "$f" ] && cat "$f"; done ;; esac
-}
-a=$(count | awk '{n += $1 + $5} END {print n + 0}')
-end=$(( $(date +%s) + $2 ))
-while [ "$(date +%s)" -lt "$end" ]; do
-  [ "$(count | awk '{n += $1 + $5} END {print n + 0}')" -gt "$a" ] && exit 0
-  sleep 0.2
-done
-exit 1
-"""
-# Which path of a multipath device ($1) carries the I/O: each path with the I/Os it completed without error over
-# $2 s and its target address ("traddr=...,trsvcid=...", tab-separated). An NVMe multipath head nvmeXnY's paths
-# are nvmeXcZnY, each with its controller's address; a dm-multipath map's are its slaves (sdb, sdc), each with the
-# address of its iSCSI session's connection. $3: the sysfs block folder, $4 the iSCSI connections', for tests.
+# What a multipath device's paths completed, shared by the scripts below. ``paths``: a
+# device-mapper map's slaves (sdb, sdc), an NVMe multipath head nvmeXnY's paths nvmeXcZnY (the head's own counters
+# Linux 6.1 leaves at zero), else none. ``done_ok``: the I/Os a path completed without error. ``live``: whether its
+# controller is live (SCSI disks and devices without one always are).
 # "Without error": the kernel counts a failed request as completed in a disk's ``stat`` -- iSCSI fails a lost
 # session's queued commands when its recovery timeout ends, and dm-multipath retries them on another path (full run
 # of 2e6fa7a: 3 such "completions" on the downed iSER path late in its fault failed a one-path case) -- so a SCSI
 # disk counts its device's commands done less those done with an error (``iodone_cnt - ioerr_cnt``; commands
 # failed before reaching the transport are in neither); an NVMe path, which has no such counters and whose
-# failed-over requests end without error on it, counts nothing over a sample its controller ends not ``live``.
-# The two counters are read as a pair that no error came between (ioerr_cnt before and after iodone_cnt the same):
-# read one after the other, a burst of failed commands between the reads (a lost session's queue failed at its
-# recovery timeout) made one end of a sample short by the burst, and the sample count the burst as completions.
-# The full run of 24f59b3 failed a vlab test so: the path a port fault kept away "carried I/O again" on vnode2.
-ACTIVE_PATH = r"""
+# failed-over requests end without error on it, counts nothing over a span its controller is not ``live`` at both
+# ends of. The two counters are read as a pair that no error came between (ioerr_cnt before and after iodone_cnt
+# the same): read one after the other, a burst of failed commands between the reads (a lost session's queue failed
+# at its recovery timeout) made one end of a sample short by the burst, and the sample count the burst as
+# completions. The full run of 24f59b3 failed a vlab test so: the path a port fault kept away "carried I/O again".
+# $3: the sysfs block folder, for tests.
+PATH_COUNTERS = r"""
 r=${3:-/sys/class/block}
-c=${4:-/sys/class/iscsi_connection}
 d=$(basename "$(readlink -f "$1")")
 paths() {
   case $d in
@@ -154,6 +131,66 @@ paths() {
     *) for f in "$r/${d%n*}"c*n"${d##*n}"; do [ -e "$f/stat" ] && echo "${f##*/}"; done ;;
   esac
 }
+done_ok() {
+  s=$r/$1/device
+  if [ -e "$s/iodone_cnt" ]; then
+    i=0
+    while :; do
+      e0=$(cat "$s/ioerr_cnt"); io=$(cat "$s/iodone_cnt"); e1=$(cat "$s/ioerr_cnt")
+      [ "$e0" = "$e1" ] || [ $i -ge 20 ] && break
+      i=$((i + 1))
+    done
+    echo $(( io - e1 )); return
+  fi
+  awk '{print $1 + $5}' "$r/$1/stat"
+}
+live() { [ ! -e "$r/$1/device/state" ] || [ -e "$r/$1/device/iodone_cnt" ] || [ "$(cat "$r/$1/device/state")" = live ]; }
+"""
+# Waits (up to $2 s) until the block device $1 has completed a read or write since the script began: the fault
+# fires only once I/O flows (fio's set-up took seconds on a loaded emulated guest, and a fault before the first
+# completion measures nothing), and after a brief outage fio runs on until I/O flows again. Counted every 0.2 s
+# where a completion is one fio sees: on a device-mapper map itself (dm-multipath retries a request failed on a
+# path, so the map completes only what it hands back), on an NVMe multipath head's paths (its own counters Linux
+# 6.1 leaves at zero; PATH_COUNTERS), a span counting only on a path whose controller is live at both its ends (a
+# resetting controller's requests end without error on the path and fail over to the head), and on any other
+# device itself. Not on a map's disks: their ``stat`` counts failed commands as completed, and their
+# ``iodone_cnt`` multipathd's TUR checks. A target restart on LIO whose sessions were not back within their 5 s
+# recovery timeout (iscsid's logins were refused while the TPGs were off, and retried seconds apart) failed both
+# disks' queued commands; counted on the disks, the wait ended at once, fio was ended 2 s later, and dm-multipath,
+# queueing with no path left, sent the I/O on once multipathd reinstated the paths 2-3 s after that: "I/O did not
+# resume" (CI of b3ad4ac; on the lab, in 1 of 3 runs of LIO's pair, and with the iodone_cnt count in its place).
+IO_FLOWING = (
+    PATH_COUNTERS
+    + r"""
+snap() {
+  ps=
+  case $d in dm-*) ;; *) ps=$(paths) ;; esac
+  for p in ${ps:-$d}; do
+    if live "$p"; then n=$(awk '{print $1 + $5}' "$r/$p/stat"); live "$p" && echo "$p $n" && continue; fi
+    echo "$p -"
+  done
+}
+a=$(snap)
+end=$(( $(date +%s) + $2 ))
+while [ "$(date +%s)" -lt "$end" ]; do
+  sleep 0.2
+  b=$(snap)
+  printf '%s\n%s\n' "$a" "$b" | awk '
+    { if ($1 in was) { if (was[$1] != "-" && $2 != "-" && $2 > was[$1]) moved = 1 } else was[$1] = $2 }
+    END { exit moved ? 0 : 1 }' && exit 0
+  a=$b
+done
+exit 1
+"""
+)
+# Which path of a multipath device ($1) carries the I/O: each path with the I/Os it completed without error over
+# $2 s (PATH_COUNTERS; nothing over a sample its controller ends not live) and its target address
+# ("traddr=...,trsvcid=...", tab-separated): an NVMe path's controller's, a dm-multipath slave's iSCSI session's
+# connection's. $3: the sysfs block folder, $4 the iSCSI connections', for tests.
+ACTIVE_PATH = (
+    PATH_COUNTERS
+    + r"""
+c=${4:-/sys/class/iscsi_connection}
 address() {
   if [ -e "$r/$1/device/address" ]; then tr '\n' ' ' < "$r/$1/device/address"; return; fi
   s=$(readlink -f "$r/$1/device")
@@ -162,20 +199,6 @@ address() {
   printf 'traddr=%s,trsvcid=%s' "$(cat "$c/connection$s:0/persistent_address" 2>/dev/null)" \
     "$(cat "$c/connection$s:0/persistent_port" 2>/dev/null)"
 }
-done_ok() {
-  s=$r/$1/device
-  if [ -e "$s/iodone_cnt" ]; then
-    i=0
-    while :; do
-      e=$(cat "$s/ioerr_cnt"); d=$(cat "$s/iodone_cnt"); f=$(cat "$s/ioerr_cnt")
-      [ "$e" = "$f" ] || [ $i -ge 20 ] && break
-      i=$((i + 1))
-    done
-    echo $(( d - f )); return
-  fi
-  awk '{print $1 + $5}' "$r/$1/stat"
-}
-live() { [ ! -e "$r/$1/device/state" ] || [ -e "$r/$1/device/iodone_cnt" ] || [ "$(cat "$r/$1/device/state")" = live ]; }
 snap() {
   for p in $(paths); do printf '%s %s\n' "$p" "$(done_ok "$p")"; done
 }
@@ -187,6 +210,7 @@ snap | while read -r p n; do
   printf '%s\t%s\t%s\n' "$p" "$moved" "$(address "$p")"
 done
 """
+)
 ACTIVE_SAMPLE_S = 1
 
 

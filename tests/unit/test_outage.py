@@ -464,22 +464,25 @@ def test_fios_end_marker_is_never_seen_before_it_holds_the_time(tmp_path: Path) 
     assert not [name for name in files if name.startswith(".")]
 
 
-@pytest.mark.parametrize("counted", ["nvme1n1", "nvme1c3n1"])
-def test_the_fault_waits_for_io_to_flow_and_gives_up_when_none_completes(tmp_path: Path, counted: str) -> None:
-    """The wait script, run for real on stat files laid out as /sys/class/block/DEV/stat (6.1's 17 fields): the
-    device's own counters, or an NVMe multipath head's path (nvme1c3n1; the head's own stay zero on 6.1)."""
-    for name in ("nvme1n1", "nvme1c3n1", "nvme1c3n11"):
+@pytest.mark.parametrize(("device", "counted"), [("nvme1n1", "nvme1c3n1"), ("sdc", "sdc")])
+def test_the_fault_waits_for_io_to_flow_and_gives_up_when_none_completes(
+    tmp_path: Path, device: str, counted: str
+) -> None:
+    """The wait script, run for real on stat files laid out as /sys/class/block/DEV/stat (6.1's 17 fields): an NVMe
+    multipath head's path (nvme1c3n1; the head's own counters stay zero on 6.1), or a device without paths itself."""
+    for name in ("nvme1n1", "nvme1c3n1", "nvme1c3n11", "sdc"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "stat").write_text(stat_line(100, 200))
-    device = tmp_path / "nvme1n1-link"
-    device.symlink_to(tmp_path / "nvme1n1")
+    link = tmp_path / f"{device}-link"
+    link.symlink_to(tmp_path / device)
 
     def wait(seconds: int) -> subprocess.Popen[str]:
-        argv = ["sh", "-c", outage.IO_FLOWING, "sh", str(device), str(seconds), str(tmp_path)]
+        argv = ["sh", "-c", outage.IO_FLOWING, "sh", str(link), str(seconds), str(tmp_path)]
         return subprocess.Popen(argv, text=True)
 
     idle = wait(2)
     (tmp_path / "nvme1c3n11" / "stat").write_text(stat_line(100, 300))  # another namespace's path: not ours
+    (tmp_path / "nvme1n1" / "stat").write_text(stat_line(100, 300))  # a head's own: not counted beside its paths
     assert idle.wait(timeout=60) == 1, "a device that completes nothing must not let the fault fire"
     flowing = wait(30)
     writes = 200
@@ -487,6 +490,61 @@ def test_the_fault_waits_for_io_to_flow_and_gives_up_when_none_completes(tmp_pat
         writes += 1
         (tmp_path / counted / "stat").write_text(stat_line(100, writes))
         time.sleep(0.3)
+    assert flowing.wait(timeout=60) == 0
+
+
+def test_failed_requests_are_not_io_flowing_again(tmp_path: Path) -> None:
+    """CI of b3ad4ac, reproduced on the lab: LIO's target restart outlasted the iSCSI sessions' 5 s recovery
+    timeout, the disks under vnode1's dm-multipath map failed their queued commands (their ``stat`` counting each as
+    completed), the wait for I/O to flow again ended at once and fio was ended before multipathd reinstated the
+    paths: "I/O did not resume". The wait script, run for real: a map's disks' failed commands and multipathd's TUR
+    checks (``iodone_cnt`` up, no error), and an NVMe path's failed-over requests (its controller resetting), are no
+    I/O flowing; the map completing a request, or a live NVMe path one, is."""
+    block = tmp_path / "block"
+    scsi = tmp_path / "devices" / "session21" / "target0:0:0" / "0:0:0:0"
+    scsi.mkdir(parents=True)
+    (scsi / "iodone_cnt").write_text("0x100\n")
+    (scsi / "ioerr_cnt").write_text("0x2\n")
+    (scsi / "state").write_text("running\n")
+    (block / "dm-1" / "slaves" / "sda").mkdir(parents=True)
+    (block / "dm-1" / "stat").write_text(stat_line(100, 200))
+    (block / "sda").mkdir()
+    (block / "sda" / "device").symlink_to(scsi)
+    (block / "sda" / "stat").write_text(stat_line(100, 200))
+    nvme = tmp_path / "nvme"
+    (nvme / "nvme1c0n1" / "device").mkdir(parents=True)
+    (nvme / "nvme1c0n1" / "stat").write_text(stat_line(100, 200))
+    (nvme / "nvme1c0n1" / "device" / "state").write_text("live\n")
+    (nvme / "nvme1n1").mkdir()
+
+    def wait(device: Path, folder: Path, seconds: int) -> subprocess.Popen[str]:
+        return subprocess.Popen(["sh", "-c", outage.IO_FLOWING, "sh", str(device), str(seconds), str(folder)])
+
+    failing = wait(block / "dm-1", block, 3)
+    time.sleep(0.5)  # the session's recovery timeout: the disk fails its commands, dm-multipath queues them
+    (block / "sda" / "stat").write_text(stat_line(104, 203))
+    (scsi / "iodone_cnt").write_text("0x107\n")
+    (scsi / "ioerr_cnt").write_text("0x9\n")
+    time.sleep(0.5)  # the session back: multipathd's checker sends a TUR, which succeeds
+    (scsi / "iodone_cnt").write_text("0x108\n")
+    assert failing.wait(timeout=60) == 1, "failed commands and path checks are not I/O flowing again"
+    flowing = wait(block / "dm-1", block, 30)
+    time.sleep(0.5)
+    (block / "dm-1" / "stat").write_text(stat_line(101, 200))  # the path reinstated: the map completes a read
+    assert flowing.wait(timeout=60) == 0
+
+    failing = wait(nvme / "nvme1n1", nvme, 3)
+    time.sleep(0.5)  # the controller resets: its requests end without error on the path and fail over to the head
+    (nvme / "nvme1c0n1" / "device" / "state").write_text("resetting\n")
+    (nvme / "nvme1c0n1" / "stat").write_text(stat_line(112, 200))
+    time.sleep(0.5)
+    (nvme / "nvme1c0n1" / "device" / "state").write_text("connecting\n")
+    time.sleep(0.5)
+    (nvme / "nvme1c0n1" / "device" / "state").write_text("live\n")  # back, but nothing completed on it yet
+    assert failing.wait(timeout=60) == 1, "requests failed over as the controller reset are not I/O flowing again"
+    flowing = wait(nvme / "nvme1n1", nvme, 30)
+    time.sleep(0.5)
+    (nvme / "nvme1c0n1" / "stat").write_text(stat_line(113, 200))
     assert flowing.wait(timeout=60) == 0
 
 
