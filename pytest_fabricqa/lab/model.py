@@ -649,7 +649,9 @@ class FailoverSettings(_Model):
     enough that an emulated guest still answers the case's own commands (at 1,000 the virtual lab's guests were
     saturated: a command took 2-4 s instead of 0.3 and a one-path case 80 s instead of 51). Capped, recovery equals
     the first I/O: a surviving path that is slower than the lost one still carries the capped rate. Uncapped, such a
-    path shows as recovery later than the first I/O, or none (below the 90% of the pre-fault rate)."""
+    path shows as recovery later than the first I/O -- once the fault is undone -- or none (below the 90% of the
+    pre-fault rate; shown on the virtual lab, tests/vlab/test_failover_verdict_vlab.py). Uncapped I/O also slows the
+    fault's own commands on a loaded host: raise ``fault_reach_s`` with it (the virtual lab's test sets 8 s)."""
     fault_reach_s: float = Field(3.0, ge=0, le=60)
     """A stall that begins this long after a fault's start is still the fault's: I/O already on its way (socket
     buffers, a controller's queue) completes for a moment after a path is lost (120 ms in a recorded run), and the

@@ -119,6 +119,9 @@ IMAGE_MODULES: tuple[str, ...] = (
     "sch_ingress",
     "cls_matchall",
     "act_gact",
+    # tc's netem qdisc: a storage path that is slower, not gone (every frame delayed), as a surviving path that
+    # cannot carry the lost one's rate (tests/vlab/test_failover_verdict_vlab.py).
+    "sch_netem",
 )
 KEEP_MODULE_DIRS: tuple[str, ...] = ("kernel/crypto/", "kernel/arch/x86/crypto/")
 

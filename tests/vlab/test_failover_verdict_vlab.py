@@ -4,8 +4,14 @@ on the virtual lab.
 A target-side fault whose command the target ignored looks, from fio's log alone, like a perfect failover: no
 stall, no error, I/O all along. The case counts the I/Os the path it took away completed in the fault's last
 seconds (``outage.LATE_SAMPLE_S``); here the "fault" is one that does nothing, over nvme-tcp on nvmet's two paths,
-and the verdict must say that the path still carried I/O. (The real faults' cases, where that path went quiet,
-are the main job's.)
+and the verdict must say that the path still carried I/O; the same for an ALUA change that changed nothing over
+iSCSI on LIO, whose path counts are a SCSI disk's commands done without error. (The real faults' cases, where that
+path went quiet, are the main job's.)
+
+A surviving path slower than the one lost shows only when the fault's I/O is not rate-capped
+(``failover.rate_iops: null``): nvme-tcp on nvmet with each initiator's idle path delayed, its busy path taken away;
+uncapped, throughput gets back to 90% of the pre-fault rate only once the fault is undone, while capped at 50 IOPS
+the slow path still carries the cap and recovers while the fault holds.
 
 A lab whose hosts queue with no path left (``failover.long_outage: queue``: NVMe ``fast_io_fail_tmo`` and
 ``ctrl_loss_tmo`` off; dm-multipath ``no_path_retry queue``) must pass the long outage with no I/O error, the I/O
@@ -19,7 +25,7 @@ from typing import Any
 import pytest
 from vlab_support import make_lab
 
-from pytest_fabricqa.core.cases import ANA, LONG, PORT
+from pytest_fabricqa.core.cases import ALUA, ANA, LONG, ONE_PATH, PORT
 from pytest_fabricqa.core.undo import UndoStack
 from pytest_fabricqa.fabric.provision import Fabric, connect_fabric, leftovers
 from pytest_fabricqa.failover import outage as og
@@ -88,13 +94,14 @@ def _short(data: dict[str, Any]) -> None:
     data["failover"]["one_path_down_s"] = 8
 
 
+@pytest.mark.parametrize(("protocol", "target", "outage"), [("nvme-tcp", "nvmet", ANA), ("iscsi", "lio", ALUA)])
 def test_a_fault_that_changed_nothing_fails_the_case_for_the_path_that_still_carried_io(
-    vlab: tuple[LabModel, dict[str, Host], dict[str, str]],
+    vlab: tuple[LabModel, dict[str, Host], dict[str, str]], protocol: str, target: str, outage: str
 ) -> None:
     _, hosts, _ = vlab
     lab = make_lab(_short)
     result, names, failed = _target_side_outage(
-        lab, hosts, "nvme-tcp", "nvmet", ANA, lambda address: NothingChanged(hosts["vstor"])
+        lab, hosts, protocol, target, outage, lambda address: NothingChanged(hosts["vstor"])
     )
     assert failed == []
     first = names[0]  # the fault's address is the path carrying this host's I/O
@@ -199,4 +206,73 @@ def test_a_path_that_never_carries_io_again_after_the_fault_fails_the_case_as_no
     seen = {n: (f.first_io_s, f.failback) for n, f in result.figures.items()}  # what each host's watch said
     assert sorted(p.split(",")[0] for p in missing) == sorted(shared), (problems, seen, result.samples)
     assert all("carried none within 6 s of the fault being undone" in p for p in missing), missing
+    assert leftovers(lab, hosts) == []
+
+
+SLOWED_BY_MS = 40
+"""The delay every frame an initiator sends on its idle storage link gets (tc netem) in the degraded-path test: at
+fio's queue depth of 4, at most 100 I/Os a second over it."""
+
+# A read of $1 for 5 s in the background, so the path carrying I/O can be told (numa keeps every I/O on one path).
+READ_A_WHILE = 'setsid timeout 5 dd if="$1" of=/dev/null bs=4096 iflag=direct </dev/null >/dev/null 2>&1 &'
+
+
+def _unslow(host: Host, interface: str) -> None:
+    host.run(["sh", "-c", f"tc qdisc del dev {interface} root 2>/dev/null || true"])
+
+
+@pytest.mark.parametrize("rate_iops", [None, 50])
+def test_a_slower_surviving_path_shows_in_the_recovery_only_when_the_fault_io_is_not_capped(
+    vlab: tuple[LabModel, dict[str, Host], dict[str, str]], rate_iops: int | None
+) -> None:
+    """nvme-tcp on nvmet's two paths, native multipath's numa policy keeping each initiator's I/O on one of them:
+    the other, idle link sends every frame :data:`SLOWED_BY_MS` ms late, and the one-path outage takes the busy one
+    away. The I/O moves to the slow path. Uncapped (``failover.rate_iops: null``), throughput gets back to 90% of the
+    pre-fault rate only once the fault is undone (or never), so a recovery limit shorter than the fault fails the
+    case. Capped at 50 IOPS, the slow path still carries the cap and recovers while the fault holds: a lab that wants
+    a degraded surviving path seen runs uncapped."""
+    _, hosts, _ = vlab
+
+    def settings(data: dict[str, Any]) -> None:
+        data["failover"]["rate_iops"] = rate_iops
+        data["failover"]["one_path_down_s"] = 14  # NVMe moves the I/O after its 5 s I/O timeout
+        # Uncapped fio keeps the guests busy and the drop command slow: the stall began 3.2 s after the fault's
+        # start was read (2026-12-07), past the default 3 s reach, and was taken for another gap.
+        data["failover"]["fault_reach_s"] = 8
+
+    lab = make_lab(settings)
+    fabric = connect_fabric(lab, "nvme-tcp", hosts, target="nvmet")
+    undo = UndoStack()
+    slowed: dict[str, str] = {}
+    try:
+        device, names, regions = _regions(lab, fabric)
+        chosen = [hosts[n] for n in names]
+        for host in chosen:
+            host.run(["sh", "-c", READ_A_WHILE, "sh", device.paths[host.name]])
+            busy, _ = og.active_port(lab, host, device.paths[host.name])
+            idle = next(p.interface for p in lab.hosts[host.name].storage if p.interface != busy)
+            undo.push(f"{host.name}: {idle} no longer delayed", lambda h=host, i=idle: _unslow(h, i))
+            host.run(["tc", "qdisc", "add", "dev", idle, "root", "netem", "delay", f"{SLOWED_BY_MS}ms"])
+            slowed[host.name] = idle
+        result = og.path_outage(
+            lab, chosen, device.paths, regions, name_prefix=lab.target_for("nvme-tcp", "nvmet").name_prefix,
+            subsystems=fabric.export.subsystems, family="nvme", outage=ONE_PATH, undo=undo,
+        )  # fmt: skip
+    finally:
+        failed = undo.unwind()
+        fabric.teardown()
+    assert failed == []
+    assert len(slowed) == len(names) >= 2
+    seen = {n: (f.pre_fault_iops, f.first_io_s, f.recovery_s, f.io_errors) for n, f in result.figures.items()}
+    for name in names:
+        figures = result.figures[name]
+        assert figures.io_errors == 0 and figures.first_io_s is not None, (seen, slowed, result.faulted)
+        # Uncapped: back to 90% only once the fault was undone and the fast path carried the I/O again, or never.
+        # Capped: on the slow path, while the fault held (``down_s``: from the break to the restore's start; the
+        # fault's end is read after the restore's command, which takes a second or more here).
+        during = figures.recovery_s is not None and figures.recovery_s < result.down_s
+        assert during is (rate_iops is not None), (name, result.down_s, seen, slowed, result.faulted)
+    problems = og.outage_problems(result, Thresholds(max_recovery_s=12), names)
+    late = [p for p in problems if "90%" in p]
+    assert sorted(p.split(",")[0] for p in late) == (sorted(names) if rate_iops is None else []), (problems, seen)
     assert leftovers(lab, hosts) == []
