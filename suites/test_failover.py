@@ -159,10 +159,6 @@ def test_session_relogin(
     _outage_case(lab, lab_target, protocol, cases.RELOGIN, fabric, lab_hosts, write_guard, fabricqa_report, request)
 
 
-RESTARTED = ("nvmet", "spdk", "lio", "scst", "tgt")
-"""The target kinds a target restart is made on: those fabricqa provisions (an external array's restart is its own)."""
-
-
 @pytest.mark.fabricqa_late_in_pair
 def test_target_restart(
     lab: LabModel, lab_target: TargetModel, protocol: str, fabric: Fabric, lab_hosts: dict[str, Host],
@@ -172,10 +168,10 @@ def test_target_restart(
     ports unlinked, SPDK's nvmf_tgt stopped and started again from its saved configuration, LIO's TPGs disabled,
     SCST's target disabled with its sessions closed, tgt's offline with its connections closed -- for the brief
     outage's time; I/O must wait and resume with no error (see the module)."""
-    if lab_target.kind not in RESTARTED:
+    if lab_target.kind not in restart.RESTARTED:
         pytest.skip(
             f"{protocol}-{fabric.target}: a target restart is made on the targets fabricqa provisions "
-            f"({', '.join(RESTARTED)}); this one is {lab_target.kind}: restart it by hand"
+            f"({', '.join(restart.RESTARTED)}); this one is {lab_target.kind}: restart it by hand"
         )
     _outage_case(lab, lab_target, protocol, cases.RESTART, fabric, lab_hosts, write_guard, fabricqa_report, request)
 

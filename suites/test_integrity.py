@@ -6,7 +6,8 @@ offset, ``pytest_fabricqa.fio.generation``; ``verify_backlog``) read back on the
 initiator and read on every other (the RAC shared-disk view, both directions), then overwritten by the next and
 read back by the first, which must see the new write (no stale read from a cache or a path); every
 initiator writing its own region at the same time and each reading back all of them; the data still there after
-the fabric was disconnected and connected again. Block sizes 4 KiB, 8 KiB (the database block) and 1 MiB. A
+the fabric was disconnected and connected again, and after the target restarted (written and flushed before it: a
+failover case, made where the lab's ``failover`` section runs them). Block sizes 4 KiB, 8 KiB (the database block) and 1 MiB. A
 mismatch names the host, the device, the offset and what was expected, and the block, read again, says what it
 holds instead: an earlier write of it (a lost write or a stale read), the block written for another offset (a
 misdirected write), or flipped bits.
@@ -27,9 +28,11 @@ import pytest
 from pytest_fabricqa.core.protocols import protocol as protocol_spec
 from pytest_fabricqa.core.undo import UndoStack
 from pytest_fabricqa.fabric.provision import Fabric
+from pytest_fabricqa.failover import survival
+from pytest_fabricqa.faults.restart import RESTARTED
 from pytest_fabricqa.integrity import checks as ig
 from pytest_fabricqa.integrity.reservations import driver_for, fencing, reservation_case, unsupported
-from pytest_fabricqa.lab.model import LabModel
+from pytest_fabricqa.lab.model import LabModel, TargetModel
 from pytest_fabricqa.safety.guard import WriteGuard
 from pytest_fabricqa.transport.base import Host
 
@@ -150,6 +153,37 @@ def test_data_survives_reconnect(
     for _, _, mine, _ in before:
         outcome.merge(mine)
     _record(fabricqa_report, request, fabric, "integrity-reconnect", protocol, outcome)
+
+
+@pytest.mark.fabricqa_failover
+@pytest.mark.fabricqa_late_in_pair
+def test_data_survives_target_restart(
+    lab: LabModel, lab_target: TargetModel, fabric: Fabric, protocol: str, lab_hosts: dict[str, Host],
+    write_guard: WriteGuard, fabricqa_report: Any, request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    """On every writable device a region per block size written and flushed (a cache flush to the target), the
+    target restarted as the failover suite's target-restart case restarts it, and once every initiator reads its
+    devices again, every one reads all back: acknowledged, flushed data survives the target's restart."""
+    if lab_target.kind not in RESTARTED:
+        pytest.skip(
+            f"{protocol}-{fabric.target}: a target restart is made on the targets fabricqa provisions "
+            f"({', '.join(RESTARTED)}); this one is {lab_target.kind}: restart it by hand"
+        )
+    outcome = ig.Outcome()
+    before = []
+    for device in _every_disk(fabric, protocol, write_guard, len(ig.BLOCK_SIZES)):
+        hosts = _initiators(fabric, device, lab_hosts, 1)
+        mine, written = ig.write_and_flush(hosts[0], device, lab.integrity.region_bytes)
+        before.append((device, hosts, mine, written))
+    if not any(mine.problems for _, _, mine, _ in before):
+        readers = [(h, device.paths[h.name]) for device, hosts, _, _ in before for h in hosts]
+        outcome.problems += survival.restarted(lab, lab_hosts, lab_target.name, protocol, readers)
+        if not outcome.problems:
+            for device, hosts, mine, written in before:
+                ig.verify_after_reconnect(mine, hosts, ig.paths_now(fabric.devices, device), written)
+    for _, _, mine, _ in before:
+        outcome.merge(mine)
+    _record(fabricqa_report, request, fabric, "integrity-target-restart", protocol, outcome)
 
 
 def test_verify_detects_corruption(

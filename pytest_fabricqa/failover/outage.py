@@ -1076,8 +1076,8 @@ def usable_after(hosts: Sequence[Host], devices: Mapping[str, str], within_s: fl
             if time.monotonic() >= deadline:
                 tail = (probe.stderr.strip().splitlines() or ["no message"])[-1]
                 return (
-                    f"{host.name}: {devices[host.name]} still cannot be read {within_s:g} s after the links came "
-                    f"back ({tail})"
+                    f"{host.name}: {devices[host.name]} still cannot be read {within_s:g} s after the fault was "
+                    f"undone ({tail})"
                 )
             time.sleep(1)
 

@@ -46,6 +46,10 @@ from pytest_fabricqa.targets.spdk.jsonrpc import RpcClient, SpdkRpcError, SpdkUn
 from pytest_fabricqa.targets.tgt import parse_show as parse_tgt
 from pytest_fabricqa.transport.base import CommandResult, Host
 
+RESTARTED = ("nvmet", "spdk", "lio", "scst", "tgt")
+"""The target kinds :func:`target_restart` restarts: those fabricqa provisions (an external array's restart is its
+own)."""
+
 # $1 the IQN, then each TPG: disabled (every session of it closed at once).
 LIO_TPGS_OFF = (
     STARTED

@@ -7,7 +7,9 @@ the same disk), as plain functions a suite calls (``suites/test_integrity.py``);
 - :func:`cross_verify`: each initiator writes its own region, every *other* initiator reads it back; then each
   region is overwritten by the next initiator and its first writer must read the new data (:func:`overwrite_seen`);
 - :func:`concurrent_verify`: every initiator writes its own region at the same time, then each reads back all;
-- :func:`verify_after_reconnect`: regions written, the fabric disconnected and connected again, read back;
+- :func:`verify_after_reconnect`: regions written, the fabric disconnected and connected again, read back; with
+  :func:`write_and_flush`, regions written and flushed, the target restarted (``pytest_fabricqa.failover.survival``),
+  read back;
 - :func:`corruption_detected`: bytes changed on the target's backing device between the write and the verify,
   and the verify must name that block (proof the verify can fail at all).
 
@@ -324,11 +326,32 @@ def write_before_reconnect(host: Host, device: SharedDevice, size: int | None = 
     return outcome, written
 
 
+# The device $1 flushed: coreutils' sync of a file fsyncs it, and an fsync of a block device sends the device a
+# cache flush (NVMe Flush, SCSI SYNCHRONIZE CACHE). fio's O_DIRECT writes were acknowledged; this asks the target
+# to put them on stable media, which a restart must then keep.
+FLUSH = 'sync -- "$1"'
+
+
+def write_and_flush(host: Host, device: SharedDevice, size: int | None = None) -> tuple[Outcome, list[Region]]:
+    """``host`` writes one region per block size (:data:`BLOCK_SIZES`), each read back as written, then flushes
+    the device (:data:`FLUSH`); a failed flush is a problem."""
+    outcome, written = write_before_reconnect(host, device, size)
+    if not outcome.problems:
+        path = device.paths[host.name]
+        flushed = host.run(["sh", "-c", FLUSH, "sh", path], check=False, timeout=120)
+        if not flushed.ok:
+            said = (flushed.stderr.strip().splitlines() or [f"exit {flushed.exit_code}"])[-1]
+            outcome.problems.append(
+                f"{host.name}: the cache flush of {path} failed ({said}), so nothing is proven stable"
+            )
+    return outcome, written
+
+
 def verify_after_reconnect(
     outcome: Outcome, hosts: Sequence[Host], device: SharedDevice, written: Sequence[Region]
 ) -> Outcome:
-    """After the fabric was disconnected and connected again (``device`` found anew), every initiator reads back
-    what was written before."""
+    """After the fabric was disconnected and connected again, or its target restarted (``device`` as found now),
+    every initiator reads back what was written before."""
     _verify_on(outcome, hosts, device, written)
     return outcome
 
