@@ -168,11 +168,9 @@ def test_target_restart(
     ports unlinked, SPDK's nvmf_tgt stopped and started again from its saved configuration, LIO's TPGs disabled,
     SCST's target disabled with its sessions closed, tgt's offline with its connections closed -- for the brief
     outage's time; I/O must wait and resume with no error (see the module)."""
-    if lab_target.kind not in restart.RESTARTED:
-        pytest.skip(
-            f"{protocol}-{fabric.target}: a target restart is made on the targets fabricqa provisions "
-            f"({', '.join(restart.RESTARTED)}); this one is {lab_target.kind}: restart it by hand"
-        )
+    why = restart.not_restarted(lab_target.kind)
+    if why is not None:
+        pytest.skip(f"{protocol}-{fabric.target}: {why}")
     _outage_case(lab, lab_target, protocol, cases.RESTART, fabric, lab_hosts, write_guard, fabricqa_report, request)
 
 

@@ -29,7 +29,7 @@ from pytest_fabricqa.core.protocols import protocol as protocol_spec
 from pytest_fabricqa.core.undo import UndoStack
 from pytest_fabricqa.fabric.provision import Fabric
 from pytest_fabricqa.failover import survival
-from pytest_fabricqa.faults.restart import RESTARTED
+from pytest_fabricqa.faults import restart
 from pytest_fabricqa.integrity import checks as ig
 from pytest_fabricqa.integrity.reservations import driver_for, fencing, reservation_case, unsupported
 from pytest_fabricqa.lab.model import LabModel, TargetModel
@@ -164,11 +164,9 @@ def test_data_survives_target_restart(
     """On every writable device a region per block size written and flushed (a cache flush to the target), the
     target restarted as the failover suite's target-restart case restarts it, and once every initiator reads its
     devices again, every one reads all back: acknowledged, flushed data survives the target's restart."""
-    if lab_target.kind not in RESTARTED:
-        pytest.skip(
-            f"{protocol}-{fabric.target}: a target restart is made on the targets fabricqa provisions "
-            f"({', '.join(RESTARTED)}); this one is {lab_target.kind}: restart it by hand"
-        )
+    why = restart.not_restarted(lab_target.kind)
+    if why is not None:
+        pytest.skip(f"{protocol}-{fabric.target}: {why}")
     outcome = ig.Outcome()
     before = []
     for device in _every_disk(fabric, protocol, write_guard, len(ig.BLOCK_SIZES)):
@@ -176,7 +174,7 @@ def test_data_survives_target_restart(
         mine, written = ig.write_and_flush(hosts[0], device, lab.integrity.region_bytes)
         before.append((device, hosts, mine, written))
     if not any(mine.problems for _, _, mine, _ in before):
-        readers = [(h, device.paths[h.name]) for device, hosts, _, _ in before for h in hosts]
+        readers = [(hosts, device.paths) for device, hosts, _, _ in before]
         outcome.problems += survival.restarted(lab, lab_hosts, lab_target.name, protocol, readers)
         if not outcome.problems:
             for device, hosts, mine, written in before:

@@ -29,11 +29,12 @@ def restarted(
     lab_hosts: Mapping[str, Host],
     target: str,
     protocol: str,
-    readers: Sequence[tuple[Host, str]],
+    readers: Sequence[tuple[Sequence[Host], Mapping[str, str]]],
 ) -> list[str]:
     """Restart ``target`` for ``protocol`` (down for ``failover.brief_down_s``, then back, everything undone), then
-    wait until each (initiator, device path) of ``readers`` reads again. One sentence per problem: the restart that
-    could not be made or undone, a device still unreadable ``failover.recover_s`` after it."""
+    wait until every initiator of each device in ``readers`` (its initiators, and their paths to it) reads it again.
+    One sentence per problem: the restart that could not be made or undone, a device still unreadable
+    ``failover.recover_s`` after it."""
     problems: list[str] = []
     undo = UndoStack()
     fault = restart.target_restart(lab, lab_hosts, target, protocol)
@@ -47,6 +48,6 @@ def restarted(
         problems += undo.unwind()
     if problems:
         return problems
-    for host, path in readers:
-        problems += usable_after([host], {host.name: path}, lab.failover.recover_s)
+    for hosts, paths in readers:  # device by device, every initiator of one at once
+        problems += usable_after(hosts, paths, lab.failover.recover_s)
     return problems

@@ -50,6 +50,17 @@ RESTARTED = ("nvmet", "spdk", "lio", "scst", "tgt")
 """The target kinds :func:`target_restart` restarts: those fabricqa provisions (an external array's restart is its
 own)."""
 
+
+def not_restarted(kind: str) -> str | None:
+    """Why a target of ``kind`` is not restarted here (None when it is): the suites' skip reason."""
+    if kind in RESTARTED:
+        return None
+    return (
+        f"a target restart is made on the targets fabricqa provisions ({', '.join(RESTARTED)}); this one is {kind}: "
+        "restart it by hand"
+    )
+
+
 # $1 the IQN, then each TPG: disabled (every session of it closed at once).
 LIO_TPGS_OFF = (
     STARTED

@@ -79,7 +79,7 @@ def test_a_restart_that_cannot_be_made_or_undone_is_a_problem_and_is_still_unwou
     fault = Restart(fails)
     monkeypatch.setattr(survival.restart, "target_restart", lambda *args: fault)
     reader = ScriptedHost("vnode1", lambda argv: "")
-    problems = survival.restarted(lab, {}, "lio", "iscsi", [(reader, "/dev/dm-0")])
+    problems = survival.restarted(lab, {}, "lio", "iscsi", [([reader], {"vnode1": "/dev/dm-0"})])
     assert len(problems) == 1 and problems[0].startswith(f"the target restart ({fault.name}) failed: ")
     assert fault.done[-1] == "unwound" and reader.commands == []  # nothing read on a target not restarted
 
@@ -89,7 +89,9 @@ def test_a_device_that_never_reads_again_after_the_restart_is_named(lab: Any, mo
     monkeypatch.setattr(survival.restart, "target_restart", lambda *args: fault)
     back = ScriptedHost("vnode1", lambda argv: "")
     gone = ScriptedHost("vnode2", lambda argv: (1, "", "dd: error reading '/dev/dm-1': Input/output error\n"))
-    problems = survival.restarted(lab, {}, "lio", "iscsi", [(back, "/dev/dm-0"), (gone, "/dev/dm-1")])
+    problems = survival.restarted(
+        lab, {}, "lio", "iscsi", [([back, gone], {"vnode1": "/dev/dm-0", "vnode2": "/dev/dm-1"})]
+    )
     assert fault.done == ["down", "up", "unwound"]
     assert problems == [
         "vnode2: /dev/dm-1 still cannot be read 1 s after the fault was undone (dd: error reading '/dev/dm-1': "
