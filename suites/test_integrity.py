@@ -30,8 +30,9 @@ from pytest_fabricqa.core.undo import UndoStack
 from pytest_fabricqa.fabric.provision import Fabric
 from pytest_fabricqa.failover import survival
 from pytest_fabricqa.faults import restart
+from pytest_fabricqa.faults.registrations import KeyLedger
 from pytest_fabricqa.integrity import checks as ig
-from pytest_fabricqa.integrity.reservations import driver_for, fencing, reservation_case, unsupported
+from pytest_fabricqa.integrity.reservations import driver_for, fencing, reservation_case, run_token, unsupported
 from pytest_fabricqa.lab.model import LabModel, TargetModel
 from pytest_fabricqa.safety.guard import WriteGuard
 from pytest_fabricqa.transport.base import Host
@@ -213,20 +214,29 @@ def test_reservations_fence(
     lab: LabModel, fabric: Fabric, protocol: str, lab_hosts: dict[str, Host], write_guard: WriteGuard,
     fabricqa_report: Any, request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
-    """Both initiators register, one holds Write Exclusive (registrants only on a multipath map), the preempt of
-    its key fences it: its write is refused; everything is released at teardown, even after a failure."""
+    """A cluster's fencing, each step checked with the target's report and generation (see
+    :mod:`pytest_fabricqa.integrity.reservations`): an unregistered initiator is refused; register,
+    register-and-ignore, replace, reserve, release, reserve; one holds Write Exclusive (registrants only on a
+    multipath map) and the other's preempt fences it: its write is refused; unregister. Keys unique to the run,
+    recorded on each host before they are sent; ours unregistered at the end even after a failure, and a key that
+    stays fails the case."""
     kind = lab.target_for(protocol, fabric.target).kind
     why = unsupported(kind)
     if why is not None:
         pytest.skip(f"{protocol}: persistent reservations are {why}")
     device = _disk(fabric, protocol, write_guard, 1)
     a, b = _initiators(fabric, device, lab_hosts, 2)[:2]
-    driver = driver_for(protocol_spec(protocol).family, device.address)
+    family = protocol_spec(protocol).family
+    driver = driver_for(family, device.address)
+    target = lab.target_for(protocol, fabric.target)
+    ledger = KeyLedger(lab.name, target.name_prefix, target.name, family, device.address)
     undo = UndoStack()
     try:
-        result = fencing(driver, a, b, device, undo)
+        result = fencing(driver, a, b, device, undo, run=run_token(), ledger=ledger)
     finally:
-        undo.unwind()
+        # Our keys unregistered from their own hosts; one that stays fails the case (the next start sweeps it).
+        left = undo.unwind()
+    result.check("clean-up: our keys unregistered, nothing left", "; ".join(left) or None)
     case = reservation_case(request.node.nodeid, f"{protocol}-{fabric.target}-reservations", protocol, result)
     fabricqa_report.record(replace(case, target=fabric.target), request)
     assert not result.problems, "\n".join(result.problems)

@@ -43,7 +43,7 @@ MOVED: dict[str, tuple[str, ...]] = {
         "cpu": ("measure.cpu",),
         "verdict": ("measure.verdict", "safety.guard", "fabric.environment"),
         "safety_batch": ("safety.batch",),
-        "reservations": ("integrity.reservations",),
+        "reservations": ("integrity.reservations", "initiators.reservations"),
         "outage": ("failover.outage",),
         "parity": ("failover.parity",),
         "hooks": ("plugin.hooks",),

@@ -24,6 +24,7 @@ from pytest_fabricqa.core.export import Export
 from pytest_fabricqa.core.undo import ProvisionError, UndoStack
 from pytest_fabricqa.fabric import lock
 from pytest_fabricqa.fabric.queues import read_queues
+from pytest_fabricqa.faults.registrations import leftover_keys, sweep_stale
 from pytest_fabricqa.faults.stale import leftover_faults, restore_stale
 from pytest_fabricqa.initiators import iscsi
 from pytest_fabricqa.initiators.connect import Connected, FabricDevice, connect_one, initiator_objects
@@ -337,6 +338,8 @@ def cleanup_stale(lab: LabModel, hosts: Mapping[str, Host], *, target_host: str 
     (:func:`~pytest_fabricqa.initiators.connect.initiator_objects` says why shared names stay).
     """
     removed: list[str] = restore_stale(lab, hosts, target_host=target_host)
+    # A killed run's reservation keys, unregistered through its initiators while they are still connected.
+    removed += sweep_stale(lab, hosts, target_host=target_host)
     initiators = [hosts[n] for n in lab.hosts_with("initiator") if n in hosts]
 
     def clean(host: Host) -> list[str]:
@@ -383,7 +386,7 @@ def leftovers(lab: LabModel, hosts: Mapping[str, Host]) -> list[str]:
 
     A host that cannot be checked is reported too: an unverified host is not a clean one.
     """
-    found: list[str] = leftover_faults(lab, hosts)
+    found: list[str] = leftover_faults(lab, hosts) + leftover_keys(lab, hosts)
     initiators = [hosts[n] for n in lab.hosts_with("initiator") if n in hosts]
     saved = saved_nqns(lab)
     results = each(initiators, lambda host: [s for s, _ in initiator_objects(lab, host, saved_nqns=saved)], check=False)

@@ -18,15 +18,17 @@ from pytest_fabricqa.integrity.reservations import (
     ReservationState,
     ScsiReservations,
     fencing,
+    is_ours,
     parse_nvme_resv_report,
     parse_sg_read_keys,
     parse_sg_read_reservation,
     reservation_case,
     reservation_key,
+    run_token,
     scsi_argv,
     unsupported,
 )
-from pytest_fabricqa.transport.base import CommandError, CommandResult, Host
+from pytest_fabricqa.transport.base import Host
 
 DATA = Path(__file__).parent.parent / "data" / "reservations"
 KA, KB = reservation_key(0), reservation_key(1)
@@ -60,16 +62,31 @@ def test_the_capability_is_one_fact_and_a_kind_without_it_says_so() -> None:
 
 
 class Target:
-    """Reservation state as a target keeps it (registrations, holder, type 1 or 5), fed by sg_persist,
-    mpathpersist and dd argv from two hosts; ``broken`` lets one host's write through whatever the reservation
-    says (a target that does not fence it)."""
+    """Reservation state as a target keeps it (registrations, holder, type 1 or 5, the generation as SPC-4 says:
+    every REGISTER form, PREEMPT and CLEAR advance it, RESERVE and RELEASE do not), fed by sg_persist,
+    mpathpersist and dd argv from two hosts. ``broken`` lets one host's write through whatever the reservation
+    says (a target that does not fence it); ``generation_on``: the PROUT actions that advance the generation
+    (a target that gets it wrong); ``grant_unregistered``: a reserve from a host with no key is granted."""
 
-    def __init__(self, *, broken: str = "", refuse_preempt: bool = False) -> None:
+    ADVANCING = frozenset({"--register", "--register-ignore", "--preempt", "--preempt-abort", "--clear"})
+
+    def __init__(
+        self,
+        *,
+        broken: str = "",
+        refuse_preempt: bool = False,
+        generation_on: frozenset[str] = ADVANCING,
+        grant_unregistered: bool = False,
+        stuck_key: str = "",
+    ) -> None:
         self.keys: dict[str, int] = {}
         self.holder: str | None = None
         self.type = 0
         self.broken = broken
         self.refuse_preempt = refuse_preempt
+        self.generation_on = generation_on
+        self.grant_unregistered = grant_unregistered
+        self.stuck_key = stuck_key  # a host whose unregister the target acknowledges and ignores
         self.generation = 0
 
     def host(self, name: str) -> Host:
@@ -83,17 +100,33 @@ class Target:
                 return (0, "", "") if allowed else (1, "", f"dd: error writing '{argv[2][3:]}': {CONFLICT}\n")
             return 0, "", ""
         args = dict(a.split("=", 1) for a in argv if a.startswith(("--param", "--prout")))
-        if "--register" in argv:
+        conflict = (24, "", "persistent reserve out: scsi status: Reservation Conflict\n")
+        action = next((a for a in argv if a in self.ADVANCING | {"--reserve", "--release"}), "")
+        if action == "--register":
+            rk, sark = int(args.get("--param-rk", "0"), 16), int(args.get("--param-sark", "0"), 16)
+            if who in self.keys and self.keys[who] != rk:
+                return conflict
+            if sark == 0:
+                if who != self.stuck_key:
+                    self.keys.pop(who, None)
+                    self.holder = None if self.holder == who else self.holder
+            else:
+                self.keys[who] = sark
+        elif action == "--register-ignore":
             self.keys[who] = int(args["--param-sark"], 16)
-        elif "--reserve" in argv:
+        elif action == "--reserve":
+            if who not in self.keys and not self.grant_unregistered:
+                return conflict
             self.holder, self.type = who, int(args["--prout-type"])
-        elif "--preempt" in argv:
+        elif action == "--release":
+            self.holder = None if self.holder == who else self.holder
+        elif action in ("--preempt", "--preempt-abort"):
             if self.refuse_preempt:
                 return 24, "", "PR out: command failed\n"
             victim = int(args["--param-sark"], 16)
             self.keys = {h: k for h, k in self.keys.items() if k != victim}
             self.holder, self.type = who, int(args["--prout-type"])
-        elif "--clear" in argv:
+        elif action == "--clear":
             self.keys, self.holder = {}, None
         elif "--read-keys" in argv:
             keys = sorted(self.keys.values())
@@ -107,51 +140,158 @@ class Target:
         elif "--read-reservation" in argv:
             if self.holder is None:
                 return 0, f"  PR generation={self.generation:#x}, there is NO reservation held\n", ""
-            key = self.keys[self.holder]
+            key = self.keys.get(self.holder, 0)
             return (
                 0,
                 f"  PR generation={self.generation:#x}, Reservation follows:\n    Key={key:#x}\n    scope: LU_SCOPE,  "
                 f"type: {SCSI_TYPES[self.type]}\n",
                 "",
             )
-        self.generation += 1
+        if action in self.generation_on:
+            self.generation += 1
         return 0, "", ""
 
 
 DEVICE = SharedDevice("ram0", "iqn.x", 0, 512 << 20, {"vnode1": "/dev/sdb", "vnode2": "/dev/sdc"})
 
 
-def test_two_initiators_fence_each_other_and_everything_is_released() -> None:
+RUN = 0x1234
+K1, K2 = reservation_key(0, RUN), reservation_key(1, RUN)
+
+
+def _fence(target: Target, undo: UndoStack | None = None, ledger: object = None, device: SharedDevice = DEVICE):
+    a, b = target.host("vnode1"), target.host("vnode2")
+    return (
+        fencing(ScsiReservations(), a, b, device, UndoStack() if undo is None else undo, run=RUN, ledger=ledger),
+        a,
+        b,
+    )  # type: ignore[arg-type]
+
+
+def test_two_initiators_fence_each_other_every_action_checked_and_nothing_is_left() -> None:
     target = Target()
     undo = UndoStack()
-    result = fencing(ScsiReservations(), target.host("vnode1"), target.host("vnode2"), DEVICE, undo)
+    result, a, b = _fence(target, undo)
     assert result.problems == []
     names = [c.name for c in result.checks]
+    assert names[:2] == ["nothing registered before", "vnode2, never registered, is refused a reservation"]
     assert "vnode2's write to /dev/sdc is refused" in names and "vnode1's write to /dev/sdb is refused" in names
-    assert "vnode2 holds Write Exclusive, vnode1's key gone" in names
-    assert target.holder == "vnode2"
-    assert undo.unwind() == [] and target.keys == {} and target.holder is None
+    assert f"after vnode2's preempt: keys {K2:#x}, {K2:#x} holds Write Exclusive" in names
+    for action in ("register", "register-and-ignore", "replace", "reserve", "release", "second reserve", "unregister"):
+        assert any(n.startswith("after vnode") and f"'s {action}:" in n for n in names), action
+    sent = {argv[3] for argv in a.commands + b.commands if argv[1] == "--out"}
+    assert sent == {"--register", "--register-ignore", "--reserve", "--release", "--preempt"}
+    assert target.keys == {} and target.holder is None and target.generation == 5  # B unregistered as a step
+    assert undo.unwind() == []
     case = reservation_case("n", "iscsi-reservations", "iscsi", result)
     assert case.suite == "integrity" and case.integrity is None and all(c.verdict == "passed" for c in case.checks)
 
 
+def test_the_keys_are_unique_to_the_run_and_marked_as_ours() -> None:
+    assert reservation_key(0, 1) != reservation_key(0, 2) and reservation_key(0, 1) != reservation_key(1, 1)
+    assert f"{reservation_key(1, 0xBEEF):#x}" == "0x6661627161beef02"  # "fabqa", the run, the initiator
+    assert is_ours(reservation_key(3, run_token())) and not is_ours(0x111) and not is_ours(0x6661627162000001)
+    assert len({run_token() for _ in range(50)}) > 40  # random, not fixed
+    with pytest.raises(ValueError):
+        reservation_key(0, 0x10000)
+
+
 def test_a_target_that_does_not_fence_fails_the_case() -> None:
     target = Target(broken="vnode2")
-    result = fencing(ScsiReservations(), target.host("vnode1"), target.host("vnode2"), DEVICE, UndoStack())
+    result, _, _ = _fence(target)
     assert result.problems == [
         "vnode2's write to /dev/sdc is refused: the write succeeded: the reservation did not fence this initiator"
     ]
 
 
-def test_a_failed_step_stops_the_sequence_and_the_undo_still_releases() -> None:
+@pytest.mark.parametrize(
+    ("generation_on", "said"),
+    [
+        (Target.ADVANCING - {"--register-ignore"}, "after vnode2's register-and-ignore: "),
+        (Target.ADVANCING | {"--reserve"}, "after vnode1's reserve: "),
+        (Target.ADVANCING - {"--preempt"}, "after vnode2's preempt: "),
+    ],
+)
+def test_a_generation_that_does_not_move_as_the_standards_say_fails_the_case(
+    generation_on: frozenset[str], said: str
+) -> None:
+    result, _, _ = _fence(Target(generation_on=generation_on))
+    (problem,) = [p for p in result.problems if p.startswith(said)]
+    assert "the generation" in problem, result.problems
+
+
+def test_a_reservation_granted_to_a_host_that_never_registered_fails_the_case() -> None:
+    result, _, _ = _fence(Target(grant_unregistered=True))
+    assert result.problems[0] == "vnode2, never registered, is refused a reservation: the target granted it"
+
+
+def test_keys_already_on_the_device_stop_the_case_and_are_never_touched() -> None:
+    target = Target()
+    target.keys = {"vnode1": 0x111, "vnode2": reservation_key(0, 7)}  # a cluster's, and a killed run's
+    undo = UndoStack()
+    result, a, b = _fence(target, undo)
+    assert len(result.problems) == 1 and result.problems[0].startswith("nothing registered before: the target already")
+    assert (
+        "0x111, " in result.problems[0]
+        and f"{reservation_key(0, 7):#x} (a killed run of this plugin's)" in result.problems[0]
+    )
+    assert undo.unwind() == []
+    assert target.keys == {"vnode1": 0x111, "vnode2": reservation_key(0, 7)}
+    assert not [argv for argv in a.commands + b.commands if "--out" in argv]
+
+
+def test_a_failed_step_stops_the_sequence_and_the_undo_unregisters_ours_from_their_own_hosts() -> None:
     target = Target(refuse_preempt=True)
     undo = UndoStack()
-    result = fencing(ScsiReservations(), target.host("vnode1"), target.host("vnode2"), DEVICE, undo)
+    result, a, b = _fence(target, undo)
     assert len(result.problems) == 1 and result.problems[0].startswith("vnode2 preempts vnode1: `sg_persist --out")
     assert "PR out: command failed" in result.problems[0]
     assert target.holder == "vnode1"
-    undo.unwind()
+    assert undo.unwind() == []
     assert target.keys == {} and target.holder is None
+    assert not [argv for argv in a.commands + b.commands if "--clear" in argv]  # never a CLEAR
+    assert (
+        "sg_persist",
+        "--out",
+        "--no-inquiry",
+        "--register",
+        f"--param-rk={K1:#x}",
+        "--param-sark=0x0",
+        "/dev/sdb",
+    ) in a.commands
+
+
+def test_a_key_that_stays_after_the_clean_up_fails_the_case() -> None:
+    target = Target(refuse_preempt=True, stuck_key="vnode1")
+    undo = UndoStack()
+    _fence(target, undo)
+    (left,) = undo.unwind()
+    assert left.startswith("unregister our reservation keys on ram0") and f"key {K1:#x} is still registered" in left
+
+
+class Ledger:
+    def __init__(self, target: Target) -> None:
+        self.target, self.events = target, []
+
+    def add(self, host: Host, device: str, key: int) -> None:
+        assert key not in self.target.keys.values(), "recorded after it was sent"
+        self.events.append(("add", host.name, key))
+
+    def drop(self, host: Host, device: str, key: int) -> None:
+        assert key not in self.target.keys.values(), "dropped while the target still lists it"
+        self.events.append(("drop", host.name, key))
+
+
+def test_each_key_is_recorded_before_it_is_sent_and_dropped_once_gone() -> None:
+    target = Target()
+    ledger = Ledger(target)
+    result, _, _ = _fence(target, ledger=ledger)
+    assert result.problems == []
+    first = reservation_key(2, RUN)
+    assert ledger.events == [
+        ("add", "vnode1", K1), ("add", "vnode2", first), ("add", "vnode2", K2), ("drop", "vnode2", first),
+        ("drop", "vnode1", K1), ("drop", "vnode2", K2),
+    ]  # fmt: skip
 
 
 def test_the_nvme_commands_name_the_namespace_and_keys() -> None:
@@ -161,26 +301,21 @@ def test_the_nvme_commands_name_the_namespace_and_keys() -> None:
     nvme.preempt(host, "/dev/nvme1n1", KB, KA, nvme.fencing_type("/dev/nvme1n1")[0])
     nvme.clear(host, "/dev/nvme1n1", KB)
     assert nvme.report(host, "/dev/nvme1n1").holder == KA
+    nvme.register_ignore(host, "/dev/nvme1n1", KB)
+    nvme.replace(host, "/dev/nvme1n1", KB, KA)
+    nvme.unregister(host, "/dev/nvme1n1", KA)
+    nvme.release(host, "/dev/nvme1n1", KA, 1)
+    nvme.preempt(host, "/dev/nvme1n1", KB, KA, 1, abort=True)
     assert host.commands[0] == ("nvme", "resv-register", "/dev/nvme1n1", "--namespace-id=1", f"--nrkey={KA:#x}",
                                 "--rrega=0")  # fmt: skip
     assert host.commands[1][-4:] == (f"--crkey={KB:#x}", f"--prkey={KA:#x}", "--rtype=1", "--racqa=1")
     assert host.commands[2][-2:] == ("--rtype=1", "--rrela=1")
     assert host.commands[3][-2:] == ("--eds", "--output-format=json")
-
-
-def test_release_tries_each_key_until_the_target_takes_one() -> None:
-    calls: list[str] = []
-
-    class Driver(ScsiReservations):
-        def clear(self, host: Host, path: str, key: int) -> None:
-            calls.append(host.name)
-            if host.name == "vnode1":
-                raise CommandError(CommandResult("vnode1", ("sg_persist",), 24, "", "reservation conflict"))
-
-    from pytest_fabricqa.integrity.reservations import release
-
-    release(Driver(), [(ScriptedHost("vnode1"), "/dev/sdb", KA), (ScriptedHost("vnode2"), "/dev/sdc", KB)])
-    assert calls == ["vnode1", "vnode2"]
+    assert host.commands[4][-3:] == (f"--nrkey={KB:#x}", "--rrega=0", "--iekey")
+    assert host.commands[5][-3:] == (f"--crkey={KB:#x}", f"--nrkey={KA:#x}", "--rrega=2")
+    assert host.commands[6][-2:] == (f"--crkey={KA:#x}", "--rrega=1")
+    assert host.commands[7][-3:] == (f"--crkey={KA:#x}", "--rtype=1", "--rrela=0")
+    assert host.commands[8][-1] == "--racqa=2"
 
 
 def test_real_sg_persist_output_from_lio_in_the_virtual_lab_parses() -> None:
@@ -218,7 +353,9 @@ def test_on_a_multipath_map_the_fence_is_registrants_only_and_the_preempt_is_wha
     result = fencing(ScsiReservations(), a, b, MAP, undo)
     assert result.problems == []
     names = [c.name for c in result.checks]
-    assert "vnode1 holds Write Exclusive, registrants only" in names
+    assert any(
+        n.startswith("after vnode1's reserve:") and n.endswith("holds Write Exclusive, registrants only") for n in names
+    )
     assert names.count("vnode2 writes /dev/mapper/3600140a") == 2
     assert "vnode1's write to /dev/mapper/3600140a is refused" in names
     reserve = next(argv for argv in a.commands if "--reserve" in argv)

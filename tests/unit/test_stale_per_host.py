@@ -101,7 +101,7 @@ class Initiator(ScriptedHost):
         if argv[:4] == ("iscsiadm", "-m", "iface", "-I") and argv[5:] == ("-o", "delete"):
             self.ifaces.discard(argv[4])
             return ""
-        if argv[:2] == ("sh", "-c") and argv[-1].endswith("-faults.json"):
+        if argv[:2] == ("sh", "-c") and argv[-1].endswith(("-faults.json", "-reservations.json")):
             return ""  # no fault records: no fault was left injected
         return None
 
