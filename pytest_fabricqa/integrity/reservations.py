@@ -35,6 +35,7 @@ Nothing here imports pytest.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -63,6 +64,7 @@ from pytest_fabricqa.initiators.reservations import (
     scsi_argv,
     unsupported,
 )
+from pytest_fabricqa.integrity import inflight
 from pytest_fabricqa.integrity.checks import BASE_OFFSET, SharedDevice, suite_case
 from pytest_fabricqa.report.model import Case, Check
 from pytest_fabricqa.transport.base import CommandError, Host
@@ -97,6 +99,12 @@ __all__ = [  # the commands' names, imported from here before they moved to init
 PROBE_BYTE = BASE_OFFSET
 """Where the write and read probes go: the first block of the integrity area (never block 0)."""
 PROBE_BYTES = 4096
+WRITERS_START_S = 60.0
+"""How long the victim's writers get to make their first writes (a dd a write, emulated guests)."""
+WRITERS_FENCED_S = 20.0
+"""How long after the preempt the victim's writers get to meet the fence (each of them a refused write)."""
+WRITERS_END_S = 60.0
+"""How long the writers get to end once asked (each finishes the write it is in)."""
 
 
 class Ledger(Protocol):
@@ -272,9 +280,39 @@ def fencing(
         _writes(out, b, pb, allowed="registrants" in words)
         _reads(out, b, pb)
 
-        step(f"{b.name} preempts {a.name}", lambda: driver.preempt(b, pb, kb, ka, rtype))
-        state = after(f"{b.name}'s preempt", state, advances=True, keys={kb}, holder=kb)
+        folder = inflight.folder_for(pa)
+        undo.push(f"stop {a.name}'s writers on {pa}", partial(_quietly, a, inflight.undo_argv(folder)))
+        first = inflight.first_block(PROBE_BYTE)
+        step(
+            f"{a.name} starts {inflight.WRITERS} stamped writers",
+            lambda: a.run(inflight.start_argv(folder, pa, first, run)),
+        )
+        logs = _wait_logs(a, folder, inflight.started_enough, WRITERS_START_S)
+        if not inflight.started_enough(logs):
+            out.check(
+                f"{a.name}'s writers write before the fence",
+                f"too few writes in {WRITERS_START_S:.0f} s: {logs.writes}",
+            )
+            raise _Stop
+        step(
+            f"{b.name} preempts {a.name} and aborts its commands, {a.name}'s writes in flight",
+            lambda: driver.preempt(b, pb, kb, ka, rtype, abort=True),
+        )
+        state = after(f"{b.name}'s preempt-and-abort", state, advances=True, keys={kb}, holder=kb)
         registered.gone(a, pa, ka)
+        _wait_logs(a, folder, inflight.refused_everywhere, WRITERS_FENCED_S)
+        a.run(inflight.stop_argv(folder))
+        logs = _wait_logs(a, folder, inflight.ended, WRITERS_END_S)
+        read = step(f"{b.name} reads the stamps back", lambda: b.run(inflight.read_argv(pb, first), timeout=120))
+        stamps = inflight.parse_stamps(read.stdout, run)
+        problems = inflight.judge(logs, stamps, first, CONFLICT, a.name)
+        done = sum(len(w) for w in logs.writes.values())
+        out.check(
+            f"{a.name}'s writes in flight at the fence: acknowledged ones on the device, refused ones not",
+            "; ".join(problems) or None,
+            f"{done} writes by {inflight.WRITERS} writers, "
+            f"{sum(1 for ws in logs.writes.values() for w in ws if not w.ok)} refused, every block as acknowledged",
+        )
         _writes(out, b, pb, allowed=True)
         _writes(out, a, pa, allowed=False)
 
@@ -284,6 +322,20 @@ def fencing(
     except _Stop:
         pass
     return out
+
+
+def _quietly(host: Host, argv: list[str]) -> None:
+    host.run(argv, check=False, timeout=60)
+
+
+def _wait_logs(host: Host, folder: str, enough: Callable[[inflight.Logs], bool], most_s: float) -> inflight.Logs:
+    """The victim's writer logs, read every half second until ``enough`` says so or ``most_s`` ran out."""
+    deadline = time.monotonic() + most_s
+    while True:
+        logs = inflight.parse_logs(host.run(["sh", "-c", inflight.COLLECT, "sh", folder], timeout=60).stdout)
+        if enough(logs) or time.monotonic() > deadline:
+            return logs
+        time.sleep(0.5)
 
 
 def _describe(keys: set[int], holder: int | None, words: str) -> str:

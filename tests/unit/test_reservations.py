@@ -10,6 +10,7 @@ import pytest
 from fakes import ScriptedHost
 
 from pytest_fabricqa.core.undo import UndoStack
+from pytest_fabricqa.integrity import inflight, reservations
 from pytest_fabricqa.integrity.checks import SharedDevice
 from pytest_fabricqa.integrity.reservations import (
     CONFLICT,
@@ -78,7 +79,9 @@ class Target:
         generation_on: frozenset[str] = ADVANCING,
         grant_unregistered: bool = False,
         stuck_key: str = "",
+        late: bool = False,
     ) -> None:
+        self.writing, self.stopped, self.first, self.late = "", False, 0, late  # late: a refused write lands
         self.keys: dict[str, int] = {}
         self.holder: str | None = None
         self.type = 0
@@ -92,7 +95,42 @@ class Target:
     def host(self, name: str) -> Host:
         return ScriptedHost(name, lambda argv: self.answer(name, argv))
 
+    def writers(self, who: str, argv: tuple[str, ...]) -> tuple[int, str, str]:
+        """The victim's stamped writer loops (integrity.inflight), as a target that fences ``who`` once its key is
+        gone: two acknowledged writes each before, then a refused one."""
+        script = argv[2]
+        if script == inflight.START:
+            self.writing, self.stopped, self.first, self.run = who, False, int(argv[6]), argv[-1]
+            return 0, "started\n", ""
+        if 'touch "$1/stop"' in script:
+            self.stopped = True
+            return 0, "", ""
+        fenced = self.writing not in self.keys and self.writing != self.broken
+        if script == inflight.COLLECT:
+            lines = []
+            for w in range(inflight.WRITERS):
+                lines.append(f"@@w {w}")
+                base = self.first + w * inflight.BLOCKS_PER_WRITER
+                lines += [f"0 {base} ok", f"1 {base + 1} ok"]
+                if fenced:
+                    lines.append(f"2 {base + 2} fail dd: error writing '/dev/x': {CONFLICT}")
+            lines += [f"@@d {w}" for w in range(inflight.WRITERS)] if self.stopped else []
+            return 0, "\n".join(lines) + "\n", ""
+        if script == inflight.READ_STAMPS:
+            out = []
+            for block in range(self.first, self.first + inflight.WRITERS * inflight.BLOCKS_PER_WRITER):
+                w, index = divmod(block - self.first, inflight.BLOCKS_PER_WRITER)
+                out.append(
+                    f"{block} FABQA-PAA {self.run} {w} {index} {block}"
+                    if index < 2 or (index == 2 and self.late)
+                    else f"{block} "
+                )
+            return 0, "\n".join(out) + "\n", ""
+        return 0, "", ""  # the undo
+
     def answer(self, who: str, argv: tuple[str, ...]) -> tuple[int, str, str]:
+        if argv[:2] == ("sh", "-c"):
+            return self.writers(who, argv)
         if argv[0] == "dd":
             if argv[1].startswith("if=/dev/zero"):  # a write
                 registrant = self.type == 5 and who in self.keys
@@ -102,6 +140,7 @@ class Target:
         args = dict(a.split("=", 1) for a in argv if a.startswith(("--param", "--prout")))
         conflict = (24, "", "persistent reserve out: scsi status: Reservation Conflict\n")
         action = next((a for a in argv if a in self.ADVANCING | {"--reserve", "--release"}), "")
+        action = "--preempt" if action == "--preempt-abort" else action
         if action == "--register":
             rk, sark = int(args.get("--param-rk", "0"), 16), int(args.get("--param-sark", "0"), 16)
             if who in self.keys and self.keys[who] != rk:
@@ -176,11 +215,12 @@ def test_two_initiators_fence_each_other_every_action_checked_and_nothing_is_lef
     names = [c.name for c in result.checks]
     assert names[:2] == ["nothing registered before", "vnode2, never registered, is refused a reservation"]
     assert "vnode2's write to /dev/sdc is refused" in names and "vnode1's write to /dev/sdb is refused" in names
-    assert f"after vnode2's preempt: keys {K2:#x}, {K2:#x} holds Write Exclusive" in names
+    assert f"after vnode2's preempt-and-abort: keys {K2:#x}, {K2:#x} holds Write Exclusive" in names
+    assert "vnode1's writes in flight at the fence: acknowledged ones on the device, refused ones not" in names
     for action in ("register", "register-and-ignore", "replace", "reserve", "release", "second reserve", "unregister"):
         assert any(n.startswith("after vnode") and f"'s {action}:" in n for n in names), action
     sent = {argv[3] for argv in a.commands + b.commands if argv[1] == "--out"}
-    assert sent == {"--register", "--register-ignore", "--reserve", "--release", "--preempt"}
+    assert sent == {"--register", "--register-ignore", "--reserve", "--release", "--preempt-abort"}
     assert target.keys == {} and target.holder is None and target.generation == 5  # B unregistered as a step
     assert undo.unwind() == []
     case = reservation_case("n", "iscsi-reservations", "iscsi", result)
@@ -209,7 +249,7 @@ def test_a_target_that_does_not_fence_fails_the_case() -> None:
     [
         (Target.ADVANCING - {"--register-ignore"}, "after vnode2's register-and-ignore: "),
         (Target.ADVANCING | {"--reserve"}, "after vnode1's reserve: "),
-        (Target.ADVANCING - {"--preempt"}, "after vnode2's preempt: "),
+        (Target.ADVANCING - {"--preempt"}, "after vnode2's preempt-and-abort: "),
     ],
 )
 def test_a_generation_that_does_not_move_as_the_standards_say_fails_the_case(
@@ -244,7 +284,10 @@ def test_a_failed_step_stops_the_sequence_and_the_undo_unregisters_ours_from_the
     target = Target(refuse_preempt=True)
     undo = UndoStack()
     result, a, b = _fence(target, undo)
-    assert len(result.problems) == 1 and result.problems[0].startswith("vnode2 preempts vnode1: `sg_persist --out")
+    assert len(result.problems) == 1
+    assert result.problems[0].startswith(
+        "vnode2 preempts vnode1 and aborts its commands, vnode1's writes in flight: `sg_persist --out"
+    )
     assert "PR out: command failed" in result.problems[0]
     assert target.holder == "vnode1"
     assert undo.unwind() == []
@@ -364,10 +407,18 @@ def test_on_a_multipath_map_the_fence_is_registrants_only_and_the_preempt_is_wha
     assert target.keys == {} and target.holder is None
 
 
-def test_on_a_map_a_preempted_host_that_still_writes_fails_the_case() -> None:
+def test_on_a_map_a_preempted_host_that_still_writes_fails_the_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reservations, "WRITERS_FENCED_S", 0.0)
     target = Target(broken="vnode1")
     result = fencing(ScsiReservations(), target.host("vnode1"), target.host("vnode2"), MAP, UndoStack())
     assert result.problems == [
+        "vnode1's writes in flight at the fence: acknowledged ones on the device, refused ones not: "
+        + "; ".join(f"vnode1: writer {w}'s writes all succeeded (2): it was never fenced" for w in range(4)),
         "vnode1's write to /dev/mapper/3600140a is refused: the write succeeded: the reservation did not fence this "
-        "initiator"
+        "initiator",
     ]
+
+
+def test_a_refused_write_of_the_fenced_host_that_landed_fails_the_case() -> None:
+    result, _, _ = _fence(Target(late=True))
+    assert [p for p in result.problems if "a write landed after the fence" in p], result.problems
