@@ -18,6 +18,8 @@ stamp() { echo "== $1 at $((SECONDS - start)) s"; }
 #     WWIDs, path settings, a read-only fio pass, the teardown leaving nothing), two fio points (8k randread and
 #     randwrite, the second behind the data-safety guard) and one verified write read back on the other initiator;
 #   - the verify proving it fires: a block corrupted on the target between write and verify (nvme-tcp on nvmet);
+#   - reservations: a cluster's fencing with preempt-and-abort under the victim's writes, per family (SCSI-3 PR on
+#     LIO over iSCSI, NVMe reservations on SPDK over NVMe/TCP), and a run killed holding one swept by the next;
 #   - failover: a path down under I/O on NVMe native multipath (nvme-tcp on nvmet) and on dm-multipath (iscsi on
 #     LIO), one target-side fault (nvmet's port unlinked under I/O) and one target restart (LIO's TPGs disabled and
 #     enabled under I/O);
@@ -35,6 +37,7 @@ case "$scope" in
     main_k+=" or (test_one_path_down and (nvme-tcp-nvmet or iscsi-lio))"
     main_k+=" or (test_path_away_on_the_target and nvme-tcp-nvmet-target-port-down)"
     main_k+=" or (test_target_restart and iscsi-lio)"
+    main_k+=" or (test_reservations_fence and (iscsi-lio or nvme-tcp-spdk))"
     main_select=(-k "$main_k")
     gated_select=(-k "test_fio and 8k-qd128-j4")
     vlab_select=(
@@ -45,6 +48,7 @@ case "$scope" in
       "tests/vlab/test_safety_vlab.py::test_an_asm_header_on_the_backing_devices_is_refused_on_every_initiator_across_nvme_tcp"
       "tests/vlab/test_two_labs_vlab.py::test_two_labs_on_one_storage_host_leave_each_other_alone[spdk]"
       "tests/vlab/test_two_labs_vlab.py::test_a_second_lab_that_would_drive_the_same_kind_on_the_host_is_refused_in_one_line"
+      "tests/vlab/test_reservations_vlab.py::test_a_run_killed_holding_a_reservation_is_swept_at_the_next_start_and_a_foreign_key_stays[iscsi-lio]"
     )
     ;;
   full)
