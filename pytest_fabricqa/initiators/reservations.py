@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pytest_fabricqa.core.kinds import REGISTRY
-from pytest_fabricqa.transport.base import Host
+from pytest_fabricqa.transport.base import CommandResult, Host
 
 WRITE_EXCLUSIVE = 1
 """Reservation type 1 in both SPC-3 (PROUT TYPE) and NVMe (RTYPE): only the holder writes, everyone reads."""
@@ -177,6 +177,23 @@ class Reservations(Protocol):
     def preempt(self, host: Host, path: str, key: int, victim: int, rtype: int, *, abort: bool = False) -> None: ...
     def clear(self, host: Host, path: str, key: int) -> None: ...
     def report(self, host: Host, path: str) -> ReservationState: ...
+
+
+SG_RES_CONFLICT = 24
+"""sg3_utils' exit status for a RESERVATION CONFLICT (SG_LIB_CAT_RES_CONFLICT)."""
+MPATH_PR_RESERV_CONFLICT = 11
+"""mpathpersist's exit status for a reservation conflict (libmpathpersist's MPATH_PR_RESERV_CONFLICT)."""
+
+
+def is_conflict(result: CommandResult) -> bool:
+    """Whether a failed reservation command was refused by the target with a reservation conflict (sg_persist's
+    and mpathpersist's own exit statuses; nvme-cli names the NVMe status, "Reservation Conflict")."""
+    tool = result.argv[0] if result.argv else ""
+    if tool.endswith("sg_persist"):
+        return result.exit_code == SG_RES_CONFLICT
+    if tool.endswith("mpathpersist"):
+        return result.exit_code == MPATH_PR_RESERV_CONFLICT
+    return "reservation conflict" in f"{result.stdout} {result.stderr}".lower()
 
 
 def _is_map(path: str) -> bool:

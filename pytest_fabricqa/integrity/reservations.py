@@ -55,6 +55,7 @@ from pytest_fabricqa.initiators.reservations import (
     ReservationState,
     ScsiReservations,
     driver_for,
+    is_conflict,
     is_ours,
     parse_nvme_resv_report,
     parse_sg_read_keys,
@@ -253,10 +254,10 @@ def fencing(
             driver.reserve(b, pb, kb, rtype)
             out.check(name, "the target granted it")
         except CommandError as exc:
-            if exc.result.exit_code in (126, 127):  # the command never ran: nothing was refused
-                out.check(name, _said(exc))
+            if not is_conflict(exc.result):  # refused by the tool, or not run at all: the target never said no
+                out.check(name, f"the reserve failed, but not with a reservation conflict: {_said(exc)}")
                 raise _Stop from None
-            out.check(name, None, _said(exc))
+            out.check(name, None, f"reservation conflict: {_said(exc)}")
         state = after(f"{b.name}'s refused reserve", state, advances=False, keys=set(), holder=None)
 
         registered.add(a, pa, ka)

@@ -19,6 +19,7 @@ from pytest_fabricqa.integrity.reservations import (
     ReservationState,
     ScsiReservations,
     fencing,
+    is_conflict,
     is_ours,
     parse_nvme_resv_report,
     parse_sg_read_keys,
@@ -29,7 +30,7 @@ from pytest_fabricqa.integrity.reservations import (
     scsi_argv,
     unsupported,
 )
-from pytest_fabricqa.transport.base import Host
+from pytest_fabricqa.transport.base import CommandResult, Host
 
 DATA = Path(__file__).parent.parent / "data" / "reservations"
 KA, KB = reservation_key(0), reservation_key(1)
@@ -138,7 +139,7 @@ class Target:
                 return (0, "", "") if allowed else (1, "", f"dd: error writing '{argv[2][3:]}': {CONFLICT}\n")
             return 0, "", ""
         args = dict(a.split("=", 1) for a in argv if a.startswith(("--param", "--prout")))
-        conflict = (24, "", "persistent reserve out: scsi status: Reservation Conflict\n")
+        conflict = (11 if argv[0] == "mpathpersist" else 24, "", "persistent reserve out: Reservation Conflict\n")
         action = next((a for a in argv if a in self.ADVANCING | {"--reserve", "--release"}), "")
         action = "--preempt" if action == "--preempt-abort" else action
         if action == "--register":
@@ -422,3 +423,28 @@ def test_on_a_map_a_preempted_host_that_still_writes_fails_the_case(monkeypatch:
 def test_a_refused_write_of_the_fenced_host_that_landed_fails_the_case() -> None:
     result, _, _ = _fence(Target(late=True))
     assert [p for p in result.problems if "a write landed after the fence" in p], result.problems
+
+
+def test_only_a_reservation_conflict_counts_as_the_target_refusing() -> None:
+    def result(argv0: str, code: int, err: str = "") -> CommandResult:
+        return CommandResult("vnode2", (argv0, "--out"), code, "", err)
+
+    assert is_conflict(result("sg_persist", 24)) and not is_conflict(result("sg_persist", 1))
+    assert is_conflict(result("mpathpersist", 11)) and not is_conflict(result("mpathpersist", 1, "syntax error"))
+    # nvme-cli 2.x's words for NVMe status 0x83 (nvme_status_to_string)
+    assert is_conflict(result("nvme", 131, "NVMe status: Reservation Conflict: The command was aborted due to a "
+                              "conflict with a reservation held on the accessed namespace(0x83)"))  # fmt: skip
+    assert not is_conflict(result("nvme", 127, "sh: 1: nvme: not found"))
+
+
+def test_an_unregistered_reserve_that_fails_for_another_reason_stops_the_case() -> None:
+    class Missing(Target):
+        def answer(self, who: str, argv: tuple[str, ...]) -> tuple[int, str, str]:
+            if "--reserve" in argv and who not in self.keys:
+                return 127, "", "sh: 1: sg_persist: not found\n"
+            return super().answer(who, argv)
+
+    result, _, _ = _fence(Missing())
+    (problem,) = result.problems
+    assert problem.startswith("vnode2, never registered, is refused a reservation: the reserve failed, but not with")
+    assert "install sg3-utils on the initiator" in problem
