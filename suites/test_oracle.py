@@ -131,3 +131,39 @@ def test_calibrate_io(oracle: OracleSettings, record_property: Callable[[str, ob
     record_property("calibrate_actual_latency_ms", result.actual_latency_ms)
     violations = check_thresholds(result, oracle.calibrate.thresholds)
     assert not violations, "\n".join(violations)
+
+
+@pytest.mark.fabricqa_phase("after")
+def test_database_waits(
+    oracle: OracleSettings, lab_hosts: dict[str, Host], record_property: Callable[[str, object], None]
+) -> None:
+    """The database's own wait events around a load, per instance, as AWR shows them (issue 32, item 4): every
+    instance's GV$SYSTEM_EVENT and GV$EVENT_HISTOGRAM read before and after the lab's load (``database.waits``:
+    its command on its host, or its window), the deltas' waits, average, 99th percentile and longest wait per
+    event, gated by the lab's per-event limits. An instance that restarted in between is said and not counted."""
+    if oracle.waits is None or oracle.db is None:
+        pytest.skip("the lab's database section has no waits/db entry")
+    import json
+    import time
+
+    from pytest_fabricqa.oracle import waits
+    from pytest_fabricqa.oracle.sql import connect
+
+    settings = oracle.waits
+    connection = connect(oracle.db, mode="sysdba")
+    try:
+        before = waits.snapshot(connection, settings.events)
+        if settings.command is not None:
+            assert settings.host is not None
+            lab_hosts[settings.host].run(["sh", "-c", settings.command], timeout=settings.timeout_s)
+        else:
+            time.sleep(settings.window_s)
+        after = waits.snapshot(connection, settings.events)
+    finally:
+        connection.close()
+    result = waits.delta(before, after, settings.events)
+    problems, notes = waits.judge(result, settings.limits)
+    record_property("database_waits", json.dumps(waits.table(result)))
+    for note in notes:
+        record_property("database_waits_note", note)
+    assert not problems, "\n".join(problems)

@@ -115,6 +115,49 @@ class CalibrateSettings:
 
 
 @dataclass(frozen=True)
+class EventLimits:
+    """Ceilings on one wait event's figures over a measured window, per instance, in milliseconds (as AWR shows
+    them): the average, the 99th percentile and the longest wait (both read from V$EVENT_HISTOGRAM's buckets, so a
+    bucket's upper bound: "< 8 ms")."""
+
+    __pydantic_config__: ClassVar[dict[str, str]] = {"extra": "forbid"}  # the lab model rejects unknown keys
+
+    avg_ms: float | None = None
+    p99_ms: float | None = None
+    max_ms: float | None = None
+
+
+DEFAULT_WAIT_EVENTS = (
+    "log file sync",
+    "log file parallel write",
+    "db file sequential read",
+    "db file scattered read",
+    "db file parallel write",
+    "direct path read",
+    "direct path write",
+)
+"""The wait events a DBA reads for storage, in AWR's names: redo (the commit's log file sync, LGWR's log file
+parallel write), single- and multi-block reads, DBWR's writes and direct path I/O."""
+
+
+@dataclass(frozen=True)
+class WaitSettings:
+    """The database's own wait figures around a load (``database.waits``): V$SYSTEM_EVENT and V$EVENT_HISTOGRAM of
+    every instance (GV$), read before and after, their deltas judged per event and instance. The load is the
+    user's: ``command`` run on lab host ``host`` over SSH (Swingbench's charbench, a batch job), or, without one,
+    ``window_s`` seconds of whatever the database is doing."""
+
+    __pydantic_config__: ClassVar[dict[str, str]] = {"extra": "forbid"}  # the lab model rejects unknown keys
+
+    events: tuple[str, ...] = DEFAULT_WAIT_EVENTS
+    limits: dict[str, EventLimits] = field(default_factory=dict)
+    host: str | None = None
+    command: str | None = None
+    window_s: float = 300.0
+    timeout_s: float = 7200.0
+
+
+@dataclass(frozen=True)
 class OracleSettings:
     """Everything the Oracle checks need from the lab's ``database:`` section."""
 
@@ -126,6 +169,7 @@ class OracleSettings:
     asmcmd: AsmcmdSettings | None = None
     instances: tuple[int, ...] | None = None
     calibrate: CalibrateSettings | None = None
+    waits: WaitSettings | None = None
     disk_paths: tuple[str, ...] = ()
     driver_mode: Literal["thin", "thick"] = "thin"
     lib_dir: str | None = None

@@ -237,6 +237,21 @@ def _database_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
         )
     if database.calibrate is not None and database.db is None:
         yield ("database", "calibrate"), "CALIBRATE_IO needs 'db' (the database to run it as SYSDBA); add database.db"
+    waits = database.waits
+    if waits is not None:
+        if database.db is None:
+            yield ("database", "waits"), "the wait figures are read from the database: add database.db"
+        if waits.command is not None and waits.host not in lab.hosts:
+            yield (
+                ("database", "waits", "host"),
+                f"{waits.host!r} is not under 'hosts' ({', '.join(lab.hosts)}); name the lab host that runs the load",
+            )
+        for event in waits.limits:
+            if event not in waits.events:
+                yield (
+                    ("database", "waits", "limits", event),
+                    f"{event!r} is not one of the events read ({', '.join(waits.events)}); add it to database.waits.events",
+                )
     if database.lib_dir and database.driver_mode != "thick":
         yield (
             ("database", "lib_dir"),

@@ -371,7 +371,9 @@ def test_oracle_cases_run_first_and_last_only_when_the_lab_declares_a_database(p
     result = pytester.runpytest_subprocess(f"--lab={ROOT / 'labs' / 'rac3.yaml'}", str(suite), "--co", "-q")
     lines = [line for line in result.outlines if "::" in line]
     assert lines[0].endswith("test_oracle.py::test_asm_healthy_before_io")
-    assert [line.rsplit("::", 1)[1] for line in lines[-2:]] == ["test_asm_healthy_after_io", "test_calibrate_io"]
+    assert [line.rsplit("::", 1)[1] for line in lines[-3:]] == [
+        "test_asm_healthy_after_io", "test_calibrate_io", "test_database_waits"
+    ]  # fmt: skip
 
     result = pytester.runpytest_subprocess(f"--lab={ROOT / 'labs' / 'vlab.yaml'}", str(suite), "--co", "-q")
     assert "test_oracle.py" not in result.stdout.str()

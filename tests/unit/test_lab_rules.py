@@ -182,6 +182,20 @@ CASES = {
         _swap(RAC3, "  diskgroups: [NVME]", "  diskgroups: [NVME]\n  misscount: 60\n  disktimeout: 60"),
         r"database\.disktimeout: CSS disktimeout \(60 s\) must be above misscount \(60 s\)",
     ),
+    "waits-load-host-unknown": (
+        _swap(
+            RAC3, "    window_s: 600\n", "    window_s: 600\n    host: swingbench1\n    command: charbench -c sb.xml\n"
+        ),
+        r"database\.waits\.host: 'swingbench1' is not under 'hosts'",
+    ),
+    "waits-limit-on-an-event-not-read": (
+        _swap(
+            RAC3,
+            "      log file sync: {max_ms: 7}\n",
+            "      log file sync: {max_ms: 7}\n      gc cr request: {max_ms: 1}\n",
+        ),
+        r"database\.waits\.limits\.gc cr request: 'gc cr request' is not one of the events read",
+    ),
     "disk-path-twice": (
         _swap(RAC3, "disk_paths: [/dev/nvme0n1, /dev/nvme1n1]", "disk_paths: [/dev/nvme1n1, /dev/nvme1n1]"),
         r"database\.disk_paths\[1\]: '/dev/nvme1n1' is listed twice",
