@@ -85,6 +85,8 @@ class DirectionStats:
     # (percent, latency in µs), as fio listed them (or as computed from merged bins).
     percentiles_us: tuple[tuple[float, float], ...] = ()
     histogram: LatencyHistogram | None = None
+    lat_max_us: float | None = None
+    """fio's longest total latency (``lat_ns.max``) of the direction, µs; None when it did no I/O."""
 
     @property
     def active(self) -> bool:

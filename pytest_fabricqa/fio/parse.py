@@ -278,6 +278,7 @@ def _direction(name: str, block: Any) -> DirectionStats:
         clat_mean_us=_float(clat.get("mean")) * clat_to_us if samples and clat else None,
         percentiles_us=percentiles,
         histogram=histogram,
+        lat_max_us=_float(lat.get("max")) * lat_to_us if samples and lat and "max" in lat else None,
     )
 
 

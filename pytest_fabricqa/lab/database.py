@@ -177,3 +177,70 @@ class OracleSettings:
     """CSS misscount of the cluster, in seconds (``crsctl get css misscount``)."""
     disktimeout: int = DEFAULT_DISKTIMEOUT_S
     """CSS disktimeout of the cluster, in seconds (``crsctl get css disktimeout``)."""
+
+
+@dataclass(frozen=True)
+class RedoStream:
+    """LGWR's redo writes ("log file parallel write"): sequential, synchronous (O_DIRECT with O_DSYNC, or an
+    fdatasync after each write), one at a time, mostly small: commits of a few KiB, and larger writes when many
+    sessions commit at once (``bssplit``, fio's size/percent list)."""
+
+    __pydantic_config__: ClassVar[dict[str, str]] = {"extra": "forbid"}
+
+    bssplit: str = "4k/45:8k/20:16k/15:32k/12:64k/8"
+    sync: Literal["dsync", "fdatasync"] = "dsync"
+    region_mb: int = 256
+
+
+@dataclass(frozen=True)
+class ReadStream:
+    """Foreground sessions' single-block reads ("db file sequential read"): random, block size, one at a time per
+    session, ``sessions`` of them per node."""
+
+    __pydantic_config__: ClassVar[dict[str, str]] = {"extra": "forbid"}
+
+    bs: str = "8k"
+    sessions: int = 4
+
+
+@dataclass(frozen=True)
+class DbwrStream:
+    """DBWR's writes of dirty buffers ("db file parallel write"): random, block size, asynchronous, submitted in
+    batches of ``batch`` up to ``iodepth`` in flight, at ``rate_iops`` per node at the most (0: as fast as the
+    storage takes them)."""
+
+    __pydantic_config__: ClassVar[dict[str, str]] = {"extra": "forbid"}
+
+    bs: str = "8k"
+    iodepth: int = 16
+    batch: int = 8
+    rate_iops: int = 0
+
+
+@dataclass(frozen=True)
+class MultiblockStream:
+    """Full scans' multiblock reads ("db file scattered read"; "direct path read" for parallel query): sequential,
+    1 MiB (db_file_multiblock_read_count 128 of 8 KiB), low concurrency."""
+
+    __pydantic_config__: ClassVar[dict[str, str]] = {"extra": "forbid"}
+
+    bs: str = "1m"
+    iodepth: int = 1
+
+
+@dataclass(frozen=True)
+class OracleProfile:
+    """The database's I/O mix (issue 32, ``oracle_profile``): four streams at once from every initiator, each node
+    on regions of its own (each RAC instance has its own redo thread and its own part of the data): redo, foreground
+    reads, DBWR and multiblock reads, for ``runtime_s`` seconds; each stream's figures are a wait event's, held to
+    ``limits`` (event name -> ceilings)."""
+
+    __pydantic_config__: ClassVar[dict[str, str]] = {"extra": "forbid"}
+
+    redo: RedoStream = field(default_factory=RedoStream)
+    reads: ReadStream = field(default_factory=ReadStream)
+    dbwr: DbwrStream = field(default_factory=DbwrStream)
+    multiblock: MultiblockStream = field(default_factory=MultiblockStream)
+    data_mb: int = 1024
+    runtime_s: int = 60
+    limits: dict[str, EventLimits] = field(default_factory=dict)

@@ -25,7 +25,7 @@ from pydantic import (
 
 from pytest_fabricqa.core.errors import UserError
 from pytest_fabricqa.core.workloads import load_matrix, selected_names
-from pytest_fabricqa.lab.database import OracleSettings
+from pytest_fabricqa.lab.database import OracleProfile, OracleSettings
 from pytest_fabricqa.lab.thresholds import Thresholds, unmatched
 
 PROTOCOLS: tuple[str, ...] = ("nvme-tcp", "nvme-rdma", "iscsi", "iser")
@@ -891,6 +891,8 @@ class LabModel(_Model):
     """Overrides of the workload matrix, validated here by :func:`pytest_fabricqa.core.workloads.load_matrix`."""
     tolerances: dict[str, float] = {}
     database: OracleSettings | None = None
+    oracle_profile: OracleProfile = OracleProfile()
+    """The database's I/O mix for the ``oracle`` profile (:mod:`pytest_fabricqa.oracle.profile`)."""
     integrity: IntegritySettings = IntegritySettings()
     failover: FailoverSettings = FailoverSettings()
     watch: WatchSettings = WatchSettings()
