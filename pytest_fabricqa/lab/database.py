@@ -244,3 +244,6 @@ class OracleProfile:
     data_mb: int = 1024
     runtime_s: int = 60
     limits: dict[str, EventLimits] = field(default_factory=dict)
+    targets: tuple[str, ...] = ()
+    """The target names it runs against (empty: every target): a lab of many targets per protocol may run it on
+    one of each."""
