@@ -693,6 +693,34 @@ def _duration(start: datetime, end: datetime) -> str:
     return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {seconds:02d} s"
 
 
+AWR_COLUMNS = ("Node", "Wait event", "Waits", "IOPS", "Avg wait (ms)", "p99 (ms)", "Max (ms)", "% of time waiting")
+
+
+def _awr_rows(raw: object) -> list[tuple[str, ...]]:
+    """The oracle profile's figures as AWR would show them: one row per node and wait event (``extras
+    ["oracle_profile"]``); empty for a case without them."""
+    if not isinstance(raw, list):
+        return []
+
+    def cell(value: object, spec: str) -> str:
+        return "" if not isinstance(value, int | float) or isinstance(value, bool) else format(value, spec)
+
+    return [
+        (
+            str(r.get("node", "")),
+            str(r.get("event", "")),
+            cell(r.get("waits"), ","),
+            cell(r.get("iops"), ",.0f"),
+            cell(r.get("avg_ms"), ".2f"),
+            cell(r.get("p99_ms"), ".2f"),
+            cell(r.get("max_ms"), ".2f"),
+            cell(r.get("waiting_pct"), ".0f"),
+        )
+        for r in raw
+        if isinstance(r, dict)
+    ]
+
+
 def _oracle(run: Run) -> list[dict[str, Any]]:
     sections = []
     for case in run.cases:
@@ -705,13 +733,15 @@ def _oracle(run: Run) -> list[dict[str, Any]]:
                 label = CALIBRATE_LABELS.get(key, key)
                 text = f"{value:,}" if isinstance(value, int | float) and not isinstance(value, bool) else str(value)
                 rows.append((label, text))
-        details = [(k.replace("_", " ").capitalize(), str(v)) for k, v in case.extras.items() if k != "calibrate_io"]
+        shown = ("calibrate_io", "oracle_profile", "database_iops", "nodes", "skip_reason", "kernel_log")
+        details = [(k.replace("_", " ").capitalize(), str(v)) for k, v in case.extras.items() if k not in shown]
         sections.append(
             {
                 "title": f"{protocol_name(case.protocol)} · {case.case_id}",
                 "verdict": case.verdict,
                 "checks": case.checks,
                 "calibrate": rows,
+                "awr": _awr_rows(case.extras.get("oracle_profile")),
                 "details": details,
                 "reasons": _reasons(case) if case.verdict in ("failed", "error") else [],
             }
@@ -771,7 +801,9 @@ def report_context(run: Run, *, title: str | None = None) -> dict[str, Any]:
         "comparison": comparison,
         "target_comparisons": target_comparisons,
         "oracle": _oracle(run),
+        "awr_columns": AWR_COLUMNS,
         "oracle_not_exercised": not_exercised if isinstance(not_exercised, str) else NO_ORACLE,
+        "oracle_without_database": not_exercised if isinstance(not_exercised, str) else None,
         "other_checks": [
             {
                 "suite": SUITE_NAMES[c.suite],

@@ -87,6 +87,12 @@ def test_every_node_runs_the_mix_on_its_own_regions_and_a_limit_fails_the_case(
                                                "db file parallel write", "db file scattered read")
     }  # fmt: skip
     assert all(r["waits"] > 0 for r in rows) and case["figures"]["iops"] > 0
+    html = (report / "report.html").read_text()
+    assert "As AWR would show it: the database&#39;s I/O mix per node and wait event" in html or (
+        "As AWR would show it: the database's I/O mix per node and wait event" in html
+    )
+    assert "<td>n2</td><td>db file sequential read</td>" in html
+    assert "ASM health and CALIBRATE_IO were not exercised (the lab declares no database)" in html
     if outcome == "failed":
         assert any("'log file parallel write': longest wait" in v for v in case["violations"]), case["violations"]
     else:
