@@ -220,30 +220,47 @@ fi
     + CLOCK
 )
 # $1 the ALUA state's number, $2 the group, then each backstore ("hba/name") whose group it is.
-LIO_ALUA_READ = 'cat "/sys/kernel/config/target/core/$2/alua/$1/alua_access_state"'
+# $1 the group, $2 the backstore: its ALUA access state, then its access type (1 implicit, 2 explicit, 3 both), as
+# numbers, one a line.
+LIO_ALUA_READ = 'd="/sys/kernel/config/target/core/$2/alua/$1"; cat "$d/alua_access_state" "$d/alua_access_type"'
+# $1 the state, $2 the group, $3 the access type during the fault, then the backstores. The type first: implicit
+# only, so that an initiator's SET TARGET PORT GROUPS cannot undo the fault (scsi_dh_alua sends one when
+# dm-multipath reinstates the path; LIO then made the group Active/Optimized 0.2 s into the fault and the path
+# carried I/O through it: the full run of 6a6b080, iSCSI on LIO).
 LIO_ALUA_WRITE = (
     STARTED
     + r"""
 set -e
-s=$1 g=$2
-shift 2
-for b; do printf %s "$s" > "/sys/kernel/config/target/core/$b/alua/$g/alua_access_state"; done
-"""
-    + CLOCK
-)
-# A backstore or group that is gone (a teardown removed it) has nothing left to restore.
-LIO_ALUA_RESTORE = (
-    r"""
-set -e
-s=$1 g=$2
-shift 2
+s=$1 g=$2 t=$3
+shift 3
 for b; do
-  f=/sys/kernel/config/target/core/$b/alua/$g/alua_access_state
-  if [ -e "$f" ]; then printf %s "$s" > "$f"; fi
+  d="/sys/kernel/config/target/core/$b/alua/$g"
+  printf %s "$t" > "$d/alua_access_type"
+  printf %s "$s" > "$d/alua_access_state"
 done
 """
     + CLOCK
 )
+# $1 the state, $2 the group, $3 the access type to put back ("" for a record that kept none), then the backstores.
+# A backstore or group that is gone (a teardown removed it) has nothing left to restore.
+LIO_ALUA_RESTORE = (
+    r"""
+set -e
+s=$1 g=$2 t=$3
+shift 3
+for b; do
+  d=/sys/kernel/config/target/core/$b/alua/$g
+  if [ -e "$d/alua_access_state" ]; then
+    printf %s "$s" > "$d/alua_access_state"
+    if [ -n "$t" ]; then printf %s "$t" > "$d/alua_access_type"; fi
+  fi
+done
+"""
+    + CLOCK
+)
+ALUA_IMPLICIT_ONLY = "1"
+"""LIO's ``alua_access_type`` for implicit transitions only (the target's own, as configfs makes them): an explicit
+one (SET TARGET PORT GROUPS from an initiator) is refused."""
 ALUA_STATES = {
     "active-optimized": 0,
     "active-non-optimized": 1,
@@ -1053,7 +1070,9 @@ class LioAluaChange(_RecordedFault):
     """The ALUA target port group of one LIO TPG (one path: :mod:`pytest_fabricqa.targets.lio` makes a TPG per
     portal and a group per TPG in every backstore) set to ``state`` (unavailable by default), then back to the state
     it had: ``core/HBA/BACKSTORE/alua/GROUP/alua_access_state`` in each backstore behind the TPG's LUNs. LIO makes
-    it an implicit transition and tells the initiators with a unit attention (asymmetric access state changed); I/O
+    it an implicit transition and tells the initiators with a unit attention (asymmetric access state changed);
+    while it holds, the group takes implicit transitions only (``alua_access_type`` 1, set back after), so an
+    initiator's SET TARGET PORT GROUPS cannot make it active again behind the fault's back; I/O
     through that port then ends in NOT READY (target port unavailable), and dm-multipath (``prio alua``) moves it
     to the other paths; nothing is logged out. Refused unless the LIO driver's state file lists the target IQN and
     the TPG's backstores have the group."""
@@ -1068,6 +1087,7 @@ class LioAluaChange(_RecordedFault):
         self.group = lio.alua_group(name_prefix, tpg)
         self.backstores: list[str] = []
         self.before = ""
+        self.before_type = ""
         self.name = f"{host.name} LIO {iqn} {tpg} ALUA group {state}"
         self.key = f"lio-alua:{iqn}:{tpg}"
 
@@ -1078,15 +1098,19 @@ class LioAluaChange(_RecordedFault):
         fault = cls(host, name_prefix, str(params["iqn"]), str(params["tpg"]), str(params["state"]))
         fault.backstores = [str(b) for b in params["backstores"]]
         fault.before = str(params["before"])
+        fault.before_type = str(params.get("before_type", ""))  # a record of an older version kept none
         fault.params = dict(params)
         return fault
 
     def how(self) -> str:
         number = ALUA_STATES.get(self.before, 0)
-        return "; ".join(
-            f"echo {number} > {lio.ROOT}/core/{b}/{lio.ALUA_FOLDER}/{self.group}/alua_access_state"
-            for b in self.backstores or ["HBA/BACKSTORE"]
-        )
+        steps = []
+        for b in self.backstores or ["HBA/BACKSTORE"]:
+            folder = f"{lio.ROOT}/core/{b}/{lio.ALUA_FOLDER}/{self.group}"
+            steps.append(f"echo {number} > {folder}/alua_access_state")
+            if self.before_type:
+                steps.append(f"echo {self.before_type} > {folder}/alua_access_type")
+        return "; ".join(steps)
 
     def _check(self) -> None:
         if self.state not in ALUA_STATES:
@@ -1105,7 +1129,9 @@ class LioAluaChange(_RecordedFault):
             raise self._refuse(f"{self.iqn} has no {self.tpg} with LUNs", "fault a TPG of the provisioned fabric")
         result = self.host.run(["sh", "-c", LIO_ALUA_READ, "sh", self.group, self.backstores[0]], check=False)
         numbers = {str(v): k for k, v in ALUA_STATES.items()}
-        before = numbers.get(result.stdout.strip(), "")
+        read = result.stdout.split()
+        before = numbers.get(read[0], "") if read else ""
+        self.before_type = read[1] if len(read) > 1 and read[1].isdigit() else ""
         if not result.ok or not before:
             raise self._refuse(
                 f"{self.backstores[0]} has no ALUA group {self.group} to change "
@@ -1122,15 +1148,18 @@ class LioAluaChange(_RecordedFault):
             "backstores": self.backstores,
             "state": self.state,
             "before": before,
+            "before_type": self.before_type,
         }
 
     def _inject(self) -> CommandResult:
         number = str(ALUA_STATES[self.state])
-        return self.host.run(["sh", "-c", LIO_ALUA_WRITE, "sh", number, self.group, *self.backstores])
+        argv = ["sh", "-c", LIO_ALUA_WRITE, "sh", number, self.group, ALUA_IMPLICIT_ONLY, *self.backstores]
+        return self.host.run(argv)
 
     def _restore(self) -> CommandResult:
         number = str(ALUA_STATES.get(self.before, 0))
-        return self.host.run(["sh", "-c", LIO_ALUA_RESTORE, "sh", number, self.group, *self.backstores])
+        argv = ["sh", "-c", LIO_ALUA_RESTORE, "sh", number, self.group, self.before_type, *self.backstores]
+        return self.host.run(argv)
 
 
 class PortOff:

@@ -69,6 +69,7 @@ class FaultHost(ScriptedHost):
         self.ana = "optimized"
         self.portals: dict[str, str] = {PORTAL: "1"}  # LIO portal -> iser
         self.alua: dict[str, str] = {"iblock_0/fabricqa_nvme0:fabricqa_tpgt_1": "0"}  # backstore:group -> state
+        self.alua_type: dict[str, str] = {"iblock_0/fabricqa_nvme0:fabricqa_tpgt_1": "3"}  # -> access type
         self.listening = True
         self.spdk_more: list[str] = []  # subsystems the app holds beside the recorded one, with its listeners
         self.unlisted: set[str] = set()  # subsystems whose listener was removed
@@ -163,12 +164,16 @@ class FaultHost(ScriptedHost):
             return failed or T_UP + "\n"
         if script == faults.LIO_ALUA_READ:
             key = f"{argv[5]}:{argv[4]}"
-            return self.alua[key] + "\n" if key in self.alua else (1, "", "cat: ...: No such file or directory\n")
+            if key not in self.alua:
+                return 1, "", "cat: ...: No such file or directory\n"
+            return f"{self.alua[key]}\n{self.alua_type.get(key, '3')}\n"
         if script in (faults.LIO_ALUA_WRITE, faults.LIO_ALUA_RESTORE):
             failed = self._event("break" if script == faults.LIO_ALUA_WRITE else "restore", script)
             if failed is None:
-                for backstore in argv[6:]:
+                for backstore in argv[7:]:
                     self.alua[f"{backstore}:{argv[5]}"] = argv[4]
+                    if argv[6]:
+                        self.alua_type[f"{backstore}:{argv[5]}"] = argv[6]
             return failed or (T_DOWN if script == faults.LIO_ALUA_WRITE else T_UP) + "\n"
         if argv[:3] == ("python3", "-c", CLIENT_SCRIPT):
             return self._rpc(argv)
@@ -385,14 +390,18 @@ def test_a_lio_alua_change_makes_the_tpgs_group_unavailable_in_each_backstore_an
     undo = UndoStack()
     assert fault.inject(undo) == float(T_DOWN)
     assert host.alua == {"iblock_0/fabricqa_nvme0:fabricqa_tpgt_1": "3"}
+    # Implicit transitions only while it holds: an initiator's SET TARGET PORT GROUPS cannot undo the fault.
+    assert host.alua_type == {"iblock_0/fabricqa_nvme0:fabricqa_tpgt_1": "1"}
     record = host.events[0][1][f"lio-alua:{IQN}:tpgt_1"]
     assert record["params"]["backstores"] == ["iblock_0/fabricqa_nvme0"] and record["params"]["before"] == (
         "active-optimized"
     )
     assert record["restore"] == (
-        "echo 0 > /sys/kernel/config/target/core/iblock_0/fabricqa_nvme0/alua/fabricqa_tpgt_1/alua_access_state"
+        "echo 0 > /sys/kernel/config/target/core/iblock_0/fabricqa_nvme0/alua/fabricqa_tpgt_1/alua_access_state; "
+        "echo 3 > /sys/kernel/config/target/core/iblock_0/fabricqa_nvme0/alua/fabricqa_tpgt_1/alua_access_type"
     )
     assert undo.unwind() == [] and host.alua == {"iblock_0/fabricqa_nvme0:fabricqa_tpgt_1": "0"}
+    assert host.alua_type == {"iblock_0/fabricqa_nvme0:fabricqa_tpgt_1": "3"}  # both and explicit again
     assert host.records() == {}
     rebuilt = stale.REGISTRY["lio-alua"](lab(), host, "fabricqa", record)
     assert isinstance(rebuilt, faults.LioAluaChange) and rebuilt.backstores == ["iblock_0/fabricqa_nvme0"]
