@@ -13,10 +13,10 @@ import json
 import re
 import secrets
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from pytest_fabricqa.core.kinds import REGISTRY
-from pytest_fabricqa.transport.base import CommandResult, Host
+from pytest_fabricqa.transport.base import CommandError, CommandResult, Host
 
 WRITE_EXCLUSIVE = 1
 """Reservation type 1 in both SPC-3 (PROUT TYPE) and NVMe (RTYPE): only the holder writes, everyone reads."""
@@ -167,12 +167,15 @@ class Reservations(Protocol):
     """One family's reservation commands on one initiator's device (``path``; ``nsid`` for NVMe); ``rtype`` is the
     family's reservation type number, the first of :meth:`fencing_type`'s (number, words)."""
 
+    REPLACE_ADVANCES: ClassVar[bool | None]
+
     def fencing_type(self, path: str) -> tuple[int, str]: ...
     def register(self, host: Host, path: str, key: int) -> None: ...
     def register_ignore(self, host: Host, path: str, key: int) -> None: ...
     def replace(self, host: Host, path: str, old: int, new: int) -> None: ...
     def unregister(self, host: Host, path: str, key: int) -> None: ...
     def reserve(self, host: Host, path: str, key: int, rtype: int) -> None: ...
+    def reserve_probe(self, host: Host, path: str, key: int, rtype: int) -> None: ...
     def release(self, host: Host, path: str, key: int, rtype: int) -> None: ...
     def preempt(self, host: Host, path: str, key: int, victim: int, rtype: int, *, abort: bool = False) -> None: ...
     def clear(self, host: Host, path: str, key: int) -> None: ...
@@ -196,6 +199,33 @@ def is_conflict(result: CommandResult) -> bool:
     return "reservation conflict" in f"{result.stdout} {result.stderr}".lower()
 
 
+SG_UNIT_ATTENTION = 6
+"""sg3_utils' exit status for a UNIT ATTENTION (SG_LIB_CAT_UNIT_ATTENTION); mpathpersist's MPATH_PR_SENSE_UNIT_ATTENTION
+is the same number."""
+
+
+def _scsi(host: Host, argv: list[str]) -> CommandResult:
+    """A PR command, sent a second time when the first met a UNIT ATTENTION: a SCSI target reports each unit
+    attention (reservations released or preempted, registrations preempted: what the other initiator's last
+    action told this one) on the next command of that I_T nexus, and that report clears it; the command itself was
+    not run (SCST and tgt over iSCSI, 2026-12-07: exit 6 on the PRIN after the other host's RELEASE and
+    PREEMPT AND ABORT). The block layer does the same for reads and writes; SG_IO leaves it to the caller."""
+    result = host.run(argv, check=False, timeout=60)
+    if result.exit_code == SG_UNIT_ATTENTION:
+        result = host.run(argv, check=False, timeout=60)
+    if not result.ok:
+        raise CommandError(result)
+    return result
+
+
+def is_unsupported(result: CommandResult) -> bool:
+    """Whether a failed reservation command was refused as a request the target does not implement (SCSI ILLEGAL
+    REQUEST: sg_persist's and mpathpersist's exit 5; NVMe's Invalid Field in Command), not as a conflict."""
+    if result.argv and result.argv[0] in ("sg_persist", "mpathpersist"):
+        return result.exit_code == 5
+    return "invalid field in command" in f"{result.stdout} {result.stderr}".lower()
+
+
 def _is_map(path: str) -> bool:
     """A dm-multipath map (a path per I_T nexus), as the initiators name it."""
     return path.startswith("/dev/mapper/")
@@ -217,8 +247,20 @@ class ScsiReservations:
     """SCSI-3 persistent reservations with sg3_utils' ``sg_persist`` (iSCSI, iSER), or ``mpathpersist`` on a
     dm-multipath map (:func:`scsi_argv`); both print alike."""
 
+    REPLACE_ADVANCES: ClassVar[bool | None] = True
+    """SPC-4: every successful REGISTER advances PRgeneration, a key replaced too."""
+
     def _out(self, host: Host, path: str, *args: str) -> None:
-        host.run(scsi_argv(path, "--out", *args), timeout=60)
+        _scsi(host, scsi_argv(path, "--out", *args))
+
+    def reserve_probe(self, host: Host, path: str, key: int, rtype: int) -> None:
+        """PROUT RESERVE with sg_persist even on a dm-multipath map (its SG_IO goes down one path): what the
+        target answers an initiator with no registration (mpathpersist refuses it itself, "PR out: command
+        failed", exit 2, before the target is asked: LIO, 2026-12-07)."""
+        _scsi(
+            host,
+            ["sg_persist", "--out", "--no-inquiry", "--reserve", f"--param-rk={key:#x}", f"--prout-type={rtype}", path],
+        )
 
     def fencing_type(self, path: str) -> tuple[int, str]:
         """Write Exclusive on a disk (one I_T nexus); registrants only on a dm-multipath map (a nexus per path:
@@ -264,10 +306,8 @@ class ScsiReservations:
 
     def report(self, host: Host, path: str) -> ReservationState:
         """PRIN READ KEYS and READ RESERVATION."""
-        generation, keys = parse_sg_read_keys(host.run(scsi_argv(path, "--in", "--read-keys"), timeout=60).stdout)
-        _, holder, kind = parse_sg_read_reservation(
-            host.run(scsi_argv(path, "--in", "--read-reservation"), timeout=60).stdout
-        )
+        generation, keys = parse_sg_read_keys(_scsi(host, scsi_argv(path, "--in", "--read-keys")).stdout)
+        _, holder, kind = parse_sg_read_reservation(_scsi(host, scsi_argv(path, "--in", "--read-reservation")).stdout)
         return ReservationState(generation, keys, holder, kind)
 
 
@@ -276,6 +316,10 @@ class NvmeReservations:
     """NVMe reservations with nvme-cli (NVMe/TCP, NVMe/RDMA) on namespace ``nsid``."""
 
     nsid: int
+    REPLACE_ADVANCES: ClassVar[bool | None] = None
+    """Not judged: whether GEN moves when a registrant only replaces its key is not read the same way by every
+    target (SPDK 23.01 bumps it only when a registrant is added or removed, lib/nvmf/subsystem.c; seen on the
+    virtual lab 2026-12-07), while registering, unregistering and preempting advance it everywhere."""
 
     def _run(self, host: Host, command: str, path: str, *args: str) -> str:
         return host.run(["nvme", command, path, f"--namespace-id={self.nsid}", *args], timeout=60).stdout
@@ -304,6 +348,10 @@ class NvmeReservations:
     def reserve(self, host: Host, path: str, key: int, rtype: int) -> None:
         """Reservation Acquire, action 0 (acquire), type ``rtype``."""
         self._run(host, "resv-acquire", path, f"--crkey={key:#x}", f"--rtype={rtype}", "--racqa=0")
+
+    def reserve_probe(self, host: Host, path: str, key: int, rtype: int) -> None:
+        """The reserve an initiator with no registration sends (as :meth:`reserve`)."""
+        self.reserve(host, path, key, rtype)
 
     def release(self, host: Host, path: str, key: int, rtype: int) -> None:
         """Reservation Release, action 0 (release) of the reservation of type ``rtype``; the registrations stay."""

@@ -448,3 +448,41 @@ def test_an_unregistered_reserve_that_fails_for_another_reason_stops_the_case() 
     (problem,) = result.problems
     assert problem.startswith("vnode2, never registered, is refused a reservation: the reserve failed, but not with")
     assert "install sg3-utils on the initiator" in problem
+
+
+def test_a_unit_attention_is_reported_once_and_the_command_sent_again() -> None:
+    """SCST and tgt report the other host's RELEASE or PREEMPT to this nexus as a UNIT ATTENTION on its next command
+    (sg_persist exit 6, 2026-12-07); the report clears it, so the command is sent once more, not given up."""
+
+    class Attention(Target):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pending = {"vnode1", "vnode2"}
+
+        def answer(self, who: str, argv: tuple[str, ...]) -> tuple[int, str, str]:
+            if argv[0] == "sg_persist" and "--in" in argv and who in self.pending:
+                self.pending.discard(who)
+                return 6, "", "sg_persist failed: Unit attention\n"
+            return super().answer(who, argv)
+
+    result, a, _ = _fence(Attention())
+    assert result.problems == []
+    assert a.commands.count(("sg_persist", "--in", "--no-inquiry", "--read-keys", "/dev/sdb")) >= 2
+
+
+def test_a_target_without_preempt_and_abort_is_fenced_with_a_preempt_and_says_so() -> None:
+    class NoAbort(Target):
+        def answer(self, who: str, argv: tuple[str, ...]) -> tuple[int, str, str]:
+            if "--preempt-abort" in argv:
+                return 5, "", "persistent reserve out: Illegal request, Invalid field in cdb\n"
+            return super().answer(who, argv)
+
+    result, _, b = _fence(NoAbort())
+    assert result.problems == []
+    (said,) = [c for c in result.checks if c.name.startswith("vnode2 preempts vnode1 and aborts")]
+    assert said.verdict == "passed" and said.detail.startswith("the target does not implement preempt-and-abort")
+    assert any("--preempt" in argv for argv in b.commands)
+
+
+def test_on_nvme_a_replace_that_leaves_the_generation_is_not_judged_but_shown() -> None:
+    assert NvmeReservations.REPLACE_ADVANCES is None and ScsiReservations.REPLACE_ADVANCES is True
