@@ -133,10 +133,14 @@ def figures(result: FioResult, node: str) -> list[EventFigures]:
         waited_s = sum((p.lat_mean_us or 0) * p.total_ios for p in parts) / 1e6
         slots = sum(_slots(job.options) for job in jobs)
         share = waited_s / (runtime_s * slots) if runtime_s else None
+        max_ms = _ms(max(longest)) if longest else None
+        p99_ms = _ms(merged.p99_us)
+        if p99_ms is not None and max_ms is not None:
+            p99_ms = min(p99_ms, max_ms)  # fio's percentile is its histogram bin's upper value; never past the max
         out.append(
             EventFigures(
-                node, event, stream, merged.total_ios, merged.iops, _ms(merged.lat_mean_us), _ms(merged.p99_us),
-                _ms(max(longest)) if longest else None, share, sum(_slots(j.options) for j in jobs),
+                node, event, stream, merged.total_ios, merged.iops, _ms(merged.lat_mean_us), p99_ms, max_ms, share,
+                sum(_slots(j.options) for j in jobs),
             )
         )  # fmt: skip
     return out
