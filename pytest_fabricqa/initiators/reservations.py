@@ -204,14 +204,21 @@ SG_UNIT_ATTENTION = 6
 is the same number."""
 
 
+UNIT_ATTENTIONS_MOST = 4
+"""How many unit attentions a PR command is sent again for: a PREEMPT AND ABORT queues two for the other nexus on
+SCST (reservations preempted, commands cleared by another initiator), each reported once."""
+
+
 def _scsi(host: Host, argv: list[str]) -> CommandResult:
-    """A PR command, sent a second time when the first met a UNIT ATTENTION: a SCSI target reports each unit
+    """A PR command, sent again while it meets a UNIT ATTENTION: a SCSI target reports each unit
     attention (reservations released or preempted, registrations preempted: what the other initiator's last
     action told this one) on the next command of that I_T nexus, and that report clears it; the command itself was
     not run (SCST and tgt over iSCSI, 2026-12-07: exit 6 on the PRIN after the other host's RELEASE and
     PREEMPT AND ABORT). The block layer does the same for reads and writes; SG_IO leaves it to the caller."""
     result = host.run(argv, check=False, timeout=60)
-    if result.exit_code == SG_UNIT_ATTENTION:
+    for _ in range(UNIT_ATTENTIONS_MOST):
+        if result.exit_code != SG_UNIT_ATTENTION:
+            break
         result = host.run(argv, check=False, timeout=60)
     if not result.ok:
         raise CommandError(result)
@@ -224,6 +231,10 @@ def is_unsupported(result: CommandResult) -> bool:
     if result.argv and result.argv[0] in ("sg_persist", "mpathpersist"):
         return result.exit_code == 5
     return "invalid field in command" in f"{result.stdout} {result.stderr}".lower()
+
+
+FIRST_PATH = 'd=$(basename "$(readlink -f "$1")"); ls "/sys/block/$d/slaves" | head -n 1'
+"""$1 a dm-multipath map: the name of its first path device (sdX)."""
 
 
 def _is_map(path: str) -> bool:
@@ -254,13 +265,18 @@ class ScsiReservations:
         _scsi(host, scsi_argv(path, "--out", *args))
 
     def reserve_probe(self, host: Host, path: str, key: int, rtype: int) -> None:
-        """PROUT RESERVE with sg_persist even on a dm-multipath map (its SG_IO goes down one path): what the
-        target answers an initiator with no registration (mpathpersist refuses it itself, "PR out: command
-        failed", exit 2, before the target is asked: LIO, 2026-12-07)."""
-        _scsi(
-            host,
-            ["sg_persist", "--out", "--no-inquiry", "--reserve", f"--param-rk={key:#x}", f"--prout-type={rtype}", path],
-        )
+        """PROUT RESERVE with sg_persist down one path (on a dm-multipath map: its first path device): what the
+        target answers an initiator with no registration. mpathpersist refused it itself ("PR out: command
+        failed", exit 2, before the target was asked) and sg_persist on the map answered "Device not ready" (LIO,
+        2026-12-07); a path device is one I_T nexus, the target's own answer."""
+        device = path
+        if _is_map(path):
+            listed = host.run(["sh", "-c", FIRST_PATH, "sh", path], timeout=60).stdout.split()
+            if not listed:
+                raise CommandError(CommandResult(host.name, ("sh", "-c", FIRST_PATH, path), 1, "", "no path device"))
+            device = f"/dev/{listed[0]}"
+        argv = ["sg_persist", "--out", "--no-inquiry", "--reserve", f"--param-rk={key:#x}", f"--prout-type={rtype}"]
+        _scsi(host, [*argv, device])
 
     def fencing_type(self, path: str) -> tuple[int, str]:
         """Write Exclusive on a disk (one I_T nexus); registrants only on a dm-multipath map (a nexus per path:

@@ -10,6 +10,7 @@ import pytest
 from fakes import ScriptedHost
 
 from pytest_fabricqa.core.undo import UndoStack
+from pytest_fabricqa.initiators.reservations import FIRST_PATH
 from pytest_fabricqa.integrity import inflight, reservations
 from pytest_fabricqa.integrity.checks import SharedDevice
 from pytest_fabricqa.integrity.reservations import (
@@ -130,6 +131,8 @@ class Target:
         return 0, "", ""  # the undo
 
     def answer(self, who: str, argv: tuple[str, ...]) -> tuple[int, str, str]:
+        if argv[:3] == ("sh", "-c", FIRST_PATH):
+            return 0, "sdc\n", ""  # the map's first path device
         if argv[:2] == ("sh", "-c"):
             return self.writers(who, argv)
         if argv[0] == "dd":
@@ -404,6 +407,9 @@ def test_on_a_multipath_map_the_fence_is_registrants_only_and_the_preempt_is_wha
     assert "vnode1's write to /dev/mapper/3600140a is refused" in names
     reserve = next(argv for argv in a.commands if "--reserve" in argv)
     assert reserve[0] == "mpathpersist" and "--prout-type=5" in reserve
+    # The unregistered host's reserve goes down one path device of its map, where the target answers it.
+    probe = next(argv for argv in b.commands if "--reserve" in argv)
+    assert probe[0] == "sg_persist" and probe[-1] == "/dev/sdc"
     undo.unwind()
     assert target.keys == {} and target.holder is None
 
