@@ -492,3 +492,20 @@ def test_a_target_without_preempt_and_abort_is_fenced_with_a_preempt_and_says_so
 
 def test_on_nvme_a_replace_that_leaves_the_generation_is_not_judged_but_shown() -> None:
     assert NvmeReservations.REPLACE_ADVANCES is None and ScsiReservations.REPLACE_ADVANCES is True
+
+
+def test_lio_refusing_an_unregistered_reserve_with_not_ready_is_a_refusal_said_as_it_was() -> None:
+    """LIO on 6.1 answered the unregistered host's RESERVE with NOT READY (sg_persist exit 2), logging "Unable to
+    locate PR_REGISTERED *pr_reg for RESERVE" (vstor, 2026-12-07): refused, and the detail says it was not a
+    conflict; the report after it must still show no holder."""
+
+    class Lio(Target):
+        def answer(self, who: str, argv: tuple[str, ...]) -> tuple[int, str, str]:
+            if "--reserve" in argv and who not in self.keys:
+                return 2, "", "sg_persist failed: Device not ready\n"
+            return super().answer(who, argv)
+
+    result, _, _ = _fence(Lio())
+    assert result.problems == []
+    (said,) = [c for c in result.checks if c.name == "vnode2, never registered, is refused a reservation"]
+    assert said.detail.startswith("refused, with NOT READY rather than SPC-4's RESERVATION CONFLICT")
