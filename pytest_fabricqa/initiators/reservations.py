@@ -168,6 +168,9 @@ class Reservations(Protocol):
     family's reservation type number, the first of :meth:`fencing_type`'s (number, words)."""
 
     REPLACE_ADVANCES: ClassVar[bool | None]
+    UNREGISTER_ADVANCES: ClassVar[bool | None]
+
+    def forget_stale_prkey(self, host: Host, path: str) -> None: ...
 
     def fencing_type(self, path: str) -> tuple[int, str]: ...
     def register(self, host: Host, path: str, key: int) -> None: ...
@@ -260,6 +263,25 @@ class ScsiReservations:
 
     REPLACE_ADVANCES: ClassVar[bool | None] = True
     """SPC-4: every successful REGISTER advances PRgeneration, a key replaced too."""
+    UNREGISTER_ADVANCES: ClassVar[bool | None] = None
+    """Shown, not judged: SPC-4 has an unregister (REGISTER with a zero service action key) advance it, and SCST and
+    tgt do, but LIO on 6.1 left PRgeneration as it was (7 before and after, the virtual lab, 2026-12-07)."""
+
+    def forget_stale_prkey(self, host: Host, path: str) -> None:
+        """On a dm-multipath map, unset multipathd's reservation key for it when it is one of ours (this plugin's
+        mark) that a preempt took off the target: mpathpersist refuses every REGISTER whose key is not the one
+        multipathd has for the map (exit 1, its usage printed; LIO over iSER after the iSCSI case preempted that
+        host, 2026-12-07). A key of someone else's is left alone (the register then fails, as it should)."""
+        if not _is_map(path):
+            return
+        name = path.rsplit("/", 1)[-1]
+        shown = host.run(["multipathd", "getprkey", "map", name], check=False, timeout=60).stdout.split()
+        try:
+            key = int(shown[0], 16) if shown else 0
+        except ValueError:
+            return
+        if key and is_ours(key) and key not in self.report(host, path).keys:
+            host.run(["multipathd", "unsetprkey", "map", name], timeout=60)
 
     def _out(self, host: Host, path: str, *args: str) -> None:
         _scsi(host, scsi_argv(path, "--out", *args))
@@ -332,6 +354,8 @@ class NvmeReservations:
     """NVMe reservations with nvme-cli (NVMe/TCP, NVMe/RDMA) on namespace ``nsid``."""
 
     nsid: int
+    UNREGISTER_ADVANCES: ClassVar[bool | None] = True
+    """Unregistering removes a registrant: GEN advances (SPDK 23.01 too)."""
     REPLACE_ADVANCES: ClassVar[bool | None] = None
     """Not judged: whether GEN moves when a registrant only replaces its key is not read the same way by every
     target (SPDK 23.01 bumps it only when a registrant is added or removed, lib/nvmf/subsystem.c; seen on the
@@ -364,6 +388,9 @@ class NvmeReservations:
     def reserve(self, host: Host, path: str, key: int, rtype: int) -> None:
         """Reservation Acquire, action 0 (acquire), type ``rtype``."""
         self._run(host, "resv-acquire", path, f"--crkey={key:#x}", f"--rtype={rtype}", "--racqa=0")
+
+    def forget_stale_prkey(self, host: Host, path: str) -> None:
+        """Nothing to forget: nvme-cli keeps no key of its own."""
 
     def reserve_probe(self, host: Host, path: str, key: int, rtype: int) -> None:
         """The reserve an initiator with no registration sends (as :meth:`reserve`)."""

@@ -270,6 +270,8 @@ def fencing(
                 raise _Stop from None
         state = after(f"{b.name}'s refused reserve", state, advances=False, keys=set(), holder=None)
 
+        step(f"{a.name}'s stale multipath key forgotten", lambda: driver.forget_stale_prkey(a, pa))
+        step(f"{b.name}'s stale multipath key forgotten", lambda: driver.forget_stale_prkey(b, pb))
         registered.add(a, pa, ka)
         step(f"{a.name} registers {ka:#x}", lambda: driver.register(a, pa, ka))
         state = after(f"{a.name}'s register", state, advances=True, keys={ka}, holder=None)
@@ -336,9 +338,11 @@ def fencing(
         )
         _writes(out, b, pb, allowed=True)
         _writes(out, a, pa, allowed=False)
+        # multipathd still holds A's preempted key for A's map: forgotten now, or A's next registration is refused.
+        step(f"{a.name}'s preempted multipath key forgotten", lambda: driver.forget_stale_prkey(a, pa))
 
         step(f"{b.name} unregisters {kb:#x}", lambda: driver.unregister(b, pb, kb))
-        state = after(f"{b.name}'s unregister", state, advances=True, keys=set(), holder=None)
+        state = after(f"{b.name}'s unregister", state, advances=driver.UNREGISTER_ADVANCES, keys=set(), holder=None)
         registered.gone(b, pb, kb)
     except _Stop:
         pass

@@ -509,3 +509,28 @@ def test_lio_refusing_an_unregistered_reserve_with_not_ready_is_a_refusal_said_a
     assert result.problems == []
     (said,) = [c for c in result.checks if c.name == "vnode2, never registered, is refused a reservation"]
     assert said.detail.startswith("refused, with NOT READY rather than SPC-4's RESERVATION CONFLICT")
+
+
+def test_a_preempted_key_multipathd_still_holds_for_the_map_is_forgotten_and_a_foreign_one_is_not() -> None:
+    """mpathpersist refuses a REGISTER whose key is not multipathd's for the map: the host preempted in an earlier
+    case kept its old key there (LIO over iSER after iSCSI, 2026-12-07). Ours is unset; a cluster's stays."""
+
+    class Multipathd(Target):
+        def __init__(self, prkeys: dict[str, int]) -> None:
+            super().__init__()
+            self.prkeys = prkeys
+
+        def answer(self, who: str, argv: tuple[str, ...]) -> tuple[int, str, str]:
+            if argv[:2] == ("multipathd", "getprkey"):
+                return 0, f"{self.prkeys[who]:#x}\n" if who in self.prkeys else "none\n", ""
+            if argv[:2] == ("multipathd", "unsetprkey"):
+                self.prkeys.pop(who, None)
+                return 0, "ok\n", ""
+            return super().answer(who, argv)
+
+    target = Multipathd({"vnode1": reservation_key(0, 0x079E)})
+    result, a, _ = _fence(target, device=MAP)
+    assert result.problems == [] and ("multipathd", "unsetprkey", "map", "3600140a") in a.commands
+    foreign = Multipathd({"vnode1": 0x111})
+    _, a, _ = _fence(foreign, device=MAP)
+    assert not [argv for argv in a.commands if argv[:2] == ("multipathd", "unsetprkey")]
