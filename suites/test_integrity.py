@@ -217,7 +217,8 @@ def test_reservations_fence(
     """A cluster's fencing, each step checked with the target's report and generation (see
     :mod:`pytest_fabricqa.integrity.reservations`): an unregistered initiator is refused; register,
     register-and-ignore, replace, reserve, release, reserve; one holds Write Exclusive (registrants only on a
-    multipath map) and the other's preempt fences it: its write is refused; unregister. Keys unique to the run,
+    multipath map) and the other's preempt-and-abort fences it while it writes (what it was told must be what
+    landed): its write is refused; unregister. Keys unique to the run,
     recorded on each host before they are sent; ours unregistered at the end even after a failure, and a key that
     stays fails the case."""
     kind = lab.target_for(protocol, fabric.target).kind

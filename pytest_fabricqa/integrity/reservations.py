@@ -2,17 +2,22 @@
 
 A cluster fences a node by taking its right to write the shared disk away. :func:`fencing` drives what a
 cluster does, on two initiators A and B that see the same namespace or LUN, each step a check, the target's report
-read after every action (keys, holder, type and the generation: REGISTER in each of its forms, PREEMPT and
-unregistering advance it, RESERVE and RELEASE leave it, as SPC-4's PRgeneration and NVMe's GEN say):
+read after every action (keys, holder, type and the generation: a new registration and PREEMPT must advance it,
+RESERVE and RELEASE must leave it, as SPC-4's PRgeneration and NVMe's GEN say; where the targets read the standards
+differently the generation is shown, not judged: NVMe's key replace (the driver's ``REPLACE_ADVANCES``) and SCSI's
+unregister (``UNREGISTER_ADVANCES``)):
 
 1. nothing is registered before (a key there is another initiator's or a killed run's: named, left alone, and the
    case stops);
-2. B, never registered, asks for the reservation and is refused;
+2. B, never registered, asks for the reservation (down one path) and is refused with a reservation conflict (or
+   LIO's NOT READY, said as such), and nothing is held after;
 3. A registers; B registers-and-ignores-existing-key, then replaces that key with its own;
 4. A takes the reservation, releases it, takes it again; A writes; B's write fails with a reservation conflict
    (Linux: ``EBADE``, "Invalid exchange"); B still reads;
-5. B preempts A's key: B holds the reservation, A's registration is gone; B writes; A's write fails with a
-   reservation conflict;
+5. while A's four stamped writers write (:mod:`pytest_fabricqa.integrity.inflight`), B preempts A's key and aborts
+   its commands (a plain preempt where the target refuses that, said): B holds the reservation, A's registration
+   is gone, every write A was told succeeded is on the device and none it was refused; B writes; A's write fails
+   with a reservation conflict;
 6. B unregisters: no key and no holder is left.
 
 The keys are :func:`~pytest_fabricqa.initiators.reservations.reservation_key` of the run's token: marked "fabqa",

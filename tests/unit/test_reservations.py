@@ -493,7 +493,29 @@ def test_a_target_without_preempt_and_abort_is_fenced_with_a_preempt_and_says_so
     assert any("--preempt" in argv for argv in b.commands)
 
 
-def test_on_nvme_a_replace_that_leaves_the_generation_is_not_judged_but_shown() -> None:
+def test_a_replace_that_leaves_the_generation_fails_where_judged_and_is_shown_where_not() -> None:
+    """SPDK 23.01 leaves GEN on a key replace: SCSI (SPC-4) judges it, NVMe's driver shows it (REPLACE_ADVANCES)."""
+
+    class StillOnReplace(Target):
+        def answer(self, who: str, argv: tuple[str, ...]) -> tuple[int, str, str]:
+            replacing = "--register" in argv and who in self.keys and not argv[-2].endswith("=0x0")
+            before = self.generation
+            answer = super().answer(who, argv)
+            if replacing and "--param-rk" in " ".join(argv):
+                self.generation = before
+            return answer
+
+    result, _, _ = _fence(StillOnReplace())
+    assert [p for p in result.problems if p.startswith("after vnode2's replace: ")], result.problems
+
+    class ShownOnly(ScsiReservations):
+        REPLACE_ADVANCES = None
+
+    target = StillOnReplace()
+    result = fencing(ShownOnly(), target.host("vnode1"), target.host("vnode2"), DEVICE, UndoStack(), run=RUN)
+    assert result.problems == []
+    (shown,) = [c for c in result.checks if c.name.startswith("after vnode2's replace: ")]
+    assert shown.detail.endswith("(the generation is not judged here)")
     assert NvmeReservations.REPLACE_ADVANCES is None and ScsiReservations.REPLACE_ADVANCES is True
 
 

@@ -4,7 +4,8 @@ NVMe/TCP.
 
 A child run connects the fabric, registers vnode1's key (recorded on vnode1 first, as the integrity suite's fencing
 does) and takes Write Exclusive, then is SIGKILLed. A person registers a key of their own (0x111) by hand on vnode2.
-The leftovers gate names our record; the next start's sweep (the first thing ``connect_fabric``'s clean-up does,
+The write guard refuses the device, naming the killed run's key; the leftovers gate names our record; the next
+start's sweep (the first thing ``connect_fabric``'s clean-up does,
 before the target is cleaned and made again) unregisters our key through vnode1, so the reservation goes with it,
 and leaves 0x111 registered; the next run then connects and tears down green, and nothing is left.
 
@@ -23,9 +24,11 @@ from vlab_support import STATE, killed_once_down
 from pytest_fabricqa.core.protocols import protocol as protocol_spec
 from pytest_fabricqa.fabric.provision import connect_fabric, leftovers
 from pytest_fabricqa.faults import registrations
+from pytest_fabricqa.initiators.connect import FabricDevice
 from pytest_fabricqa.initiators.reservations import driver_for
 from pytest_fabricqa.integrity import checks as ig
 from pytest_fabricqa.lab.model import LabModel
+from pytest_fabricqa.safety.guard import DeviceReserved, WriteGuard
 from pytest_fabricqa.transport.base import Host
 
 pytestmark = pytest.mark.vlab
@@ -87,6 +90,12 @@ def test_a_run_killed_holding_a_reservation_is_swept_at_the_next_start_and_a_for
                 ["nvme", "resv-report", path2, f"--namespace-id={nsid}", "--eds", "--output-format=json"]
             )
             (RECORDED / "nvme-resv-report-eds-spdk-23.01-held.json").write_text(report.stdout)
+        # The write guard refuses the device while the killed run's reservation holds, naming its key as ours.
+        seen = FabricDevice("vnode2", path2, "ram0", "held", int(nsid), 1 << 20, 512, True, False)
+        with pytest.raises(
+            DeviceReserved, match=rf"holder {ours:#x} .*a key of a run of this plugin's that was killed"
+        ):
+            WriteGuard(lab, hosts).before_writes(protocol, [seen], target=kind)
         left = [line for line in leftovers(lab, hosts) if "reservation key" in line]
         assert len(left) == 1 and left[0].startswith(f"vnode1: reservation key {ours:#x} on {path1} by lab "), left
 
