@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, Self, TypeVar
+from typing import Any, ClassVar, Literal, Protocol, Self, TypeVar
 
 from pytest_fabricqa.core import proc
 from pytest_fabricqa.core.commands import command_tail
@@ -434,6 +434,15 @@ def owner_alive(owner: Any) -> bool:
         return False
     pid, started = owner.get("pid"), owner.get("started")
     return isinstance(pid, int) and proc.running(pid, started if isinstance(started, int) else None)
+
+
+def whose(record: Mapping[str, Any], lab_name: str) -> Literal["live", "other lab", "killed"]:
+    """Whose a record is, for a start's clean-up: a run still running here (``live``: its own undo restores it),
+    another lab's run (``other lab``: left alone and named), or a killed run of this lab (or of an older version
+    that named none: ``killed``, restored now)."""
+    if owner_alive(record.get("owner")):
+        return "live"
+    return "other lab" if _owner_lab(record) not in (lab_name, None) else "killed"
 
 
 def _owner_text(owner: Any) -> str:

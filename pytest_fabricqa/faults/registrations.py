@@ -26,10 +26,9 @@ from pytest_fabricqa.core.commands import command_tail
 from pytest_fabricqa.faults.inject import (
     FaultError,
     _owner,
-    _owner_lab,
     _owner_text,
-    owner_alive,
     records_locked,
+    whose,
 )
 from pytest_fabricqa.initiators.reservations import driver_for
 from pytest_fabricqa.lab.model import LabModel
@@ -168,9 +167,10 @@ def sweep_stale(lab: LabModel, hosts: Mapping[str, Host], *, target_host: str | 
         for prefix, records in listing:
             for entry, record in records.items():
                 owner = record.get("owner")
-                if owner_alive(owner):
+                kind = whose(record, lab.name)
+                if kind == "live":
                     continue
-                if _owner_lab(record) not in (lab.name, None):
+                if kind == "other lab":
                     done.append(
                         f"{host.name}: left {_owner_text(owner)}'s reservation key record '{record.get('what', entry)}' "
                         f"alone (in {keys_path(prefix)})"

@@ -22,13 +22,12 @@ from pytest_fabricqa.faults.inject import (
     SessionRelogin,
     SpdkAnaChange,
     SpdkListenerDown,
-    _owner_lab,
     _owner_text,
     _RecordedFault,
     _records,
     of_lab,
-    owner_alive,
     records_path,
+    whose,
 )
 from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.transport.base import Host
@@ -105,9 +104,10 @@ def restore_stale(lab: LabModel, hosts: Mapping[str, Host], *, target_host: str 
             raise listing  # as a read on its own would have
         for prefix, records in listing:
             for key, record in records.items():
-                if owner_alive(record.get("owner")):
+                owner = whose(record, lab.name)
+                if owner == "live":
                     continue
-                if _owner_lab(record) not in (lab.name, None):
+                if owner == "other lab":
                     restored.append(
                         f"{host.name}: left {_owner_text(record.get('owner'))}'s fault '{record.get('what', key)}' "
                         f"alone (its record in {records_path(prefix)})"
