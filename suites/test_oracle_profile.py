@@ -6,7 +6,11 @@ single-block reads, DBWR's batched writes and multiblock reads, together, for ``
 reports the waits, database-style IOPS, average, 99th percentile and longest wait, and the share of the time the
 sessions waited; the lab's per-event limits (``oracle_profile.limits``) fail the case. It writes, so it runs on a
 device the lab marks writable, after the data-safety guard, and only where the device holds every node's regions.
-No database is needed: this is the database's I/O, not the database.
+With ``oracle_profile.scaling`` (the default) it runs from the first 1, 2, ... N initiators before all of them
+(seed 003's 1 to 4 nodes; lab-file order) and reports per step database IOPS, efficiency against linear
+(IOPS(n) / (n x IOPS(1)), gated by ``min_scaling_efficiency`` when the lab sets one), the knee and each event's
+average and worst 99th percentile; every step is held to the per-event limits. No database is needed: this is the
+database's I/O, not the database.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ def test_oracle_profile(
     lab: LabModel, fabric: Fabric, protocol: str, lab_hosts: dict[str, Host], write_guard: WriteGuard,
     fabricqa_report: Any, request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
-    """The oracle profile from every initiator at once, per node and wait event against the lab's limits."""
+    """The oracle profile from every initiator at once (and, scaling, from the first 1..N-1 before), per node and
+    wait event against the lab's limits."""
     settings = lab.oracle_profile
     if settings.targets and fabric.target not in settings.targets:
         pytest.skip(f"{protocol}: oracle_profile.targets names {', '.join(settings.targets)}, not {fabric.target}")
@@ -40,7 +45,7 @@ def test_oracle_profile(
     if not shared:
         pytest.skip(f"{protocol}: the lab marks no device writable (targets[].devices.NAME.writable: true)")
     device = shared[0]
-    nodes = sorted(device.paths)
+    nodes = [name for name in lab.hosts if name in device.paths]  # lab-file order: every run scales the same way
     needed = profile.span(settings, len(nodes))
     if needed > device.size_bytes:
         pytest.fail(
@@ -51,30 +56,42 @@ def test_oracle_profile(
     write_guard.before_writes(
         protocol, [d for d in fabric.devices if d.path == device.paths.get(d.initiator)], target=fabric.target
     )
-    hosts = [lab_hosts[name] for name in nodes]
     timeout = settings.runtime_s + 180
 
     def run(host: Host) -> Any:
         job = profile.job_file(settings, device.paths[host.name], nodes.index(host.name))
         return host.run(["fio", "--output-format=json", "-"], stdin=job, check=False, timeout=timeout)
 
-    results = each(hosts, run, check=False)
     problems: list[str] = []
-    found: list[profile.EventFigures] = []
-    for name in nodes:
-        outcome = results[name]
-        if isinstance(outcome, BaseException):
-            problems.append(f"{name}: fio could not run: {outcome}")
-            continue
-        try:
-            parsed = parse_fio_output(outcome.stdout, host=name)
-        except FioOutputError as exc:
-            problems.append(f"{name}: fio exited {outcome.exit_code} without a report ({exc})")
-            continue
-        problems += [f"{name}: {error}" for error in parsed.errors]
-        found += profile.figures(parsed, name)
-    problems += profile.judge(found, settings.limits)
+    runs: list[tuple[tuple[str, ...], list[profile.EventFigures]]] = []
+    for subset in profile.steps(nodes, settings):
+        results = each([lab_hosts[name] for name in subset], run, check=False)
+        step = f"{len(subset)} of {len(nodes)} nodes: " if len(subset) < len(nodes) else ""
+        found: list[profile.EventFigures] = []
+        for name in subset:
+            outcome = results[name]
+            if isinstance(outcome, BaseException):
+                problems.append(f"{step}{name}: fio could not run: {outcome}")
+                continue
+            try:
+                parsed = parse_fio_output(outcome.stdout, host=name)
+            except FioOutputError as exc:
+                problems.append(f"{step}{name}: fio exited {outcome.exit_code} without a report ({exc})")
+                continue
+            problems += [f"{step}{name}: {error}" for error in parsed.errors]
+            found += profile.figures(parsed, name)
+        problems += [f"{step}{p}" for p in profile.judge(found, settings.limits)]
+        runs.append((subset, found))
+    found = runs[-1][1]
     iops = profile.database_iops(found)
+    figures: dict[str, float] = {"iops": round(iops["total"], 1)}
+    extras: dict[str, Any] = {"oracle_profile": [_row(f) for f in found], "nodes": nodes}
+    if len(runs) > 1:
+        scaled = profile.scaling(runs)
+        problems += profile.scaling_violations(scaled, settings.min_scaling_efficiency)
+        extras["oracle_scaling"] = [s.to_dict() for s in scaled]
+        if scaled[-1].efficiency is not None:
+            figures["scaling_efficiency"] = round(scaled[-1].efficiency, 3)
     case = rm.Case(
         nodeid=request.node.nodeid,
         case_id=f"{protocol}-{fabric.target}-oracle-profile",
@@ -82,9 +99,9 @@ def test_oracle_profile(
         verdict="passed",
         protocol=protocol,
         target=fabric.target,
-        figures={"iops": round(iops["total"], 1)},
+        figures=figures,
         violations=tuple(problems),
-        extras={"oracle_profile": [_row(f) for f in found], "nodes": nodes},
+        extras=extras,
     )
     fabricqa_report.record(case, request)
     assert not problems, "\n".join(problems)

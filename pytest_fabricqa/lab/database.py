@@ -247,3 +247,8 @@ class OracleProfile:
     targets: tuple[str, ...] = ()
     """The target names it runs against (empty: every target): a lab of many targets per protocol may run it on
     one of each."""
+    scaling: bool = True
+    """Run it from the first 1, 2, ... N initiators (lab-file order, seed 003's 1 to 4 nodes) before all N, and report
+    database IOPS, efficiency against linear, the knee and each event's latency per step."""
+    min_scaling_efficiency: float | None = None
+    """The least efficiency IOPS(n) / (n x IOPS(1)) a step may show; none: shown, not judged."""

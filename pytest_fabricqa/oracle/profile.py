@@ -11,6 +11,10 @@ own part of the data: node ``n`` of ``N`` from byte :data:`BASE_OFFSET` + ``n`` 
 reads fio's JSON of that run into one :class:`EventFigures` per stream under the wait event AWR would name it, and
 :func:`judge` holds them to the lab's per-event limits (``oracle_profile.limits``, the same
 :class:`~pytest_fabricqa.lab.database.EventLimits` as the live database's waits).
+
+Scaling (item 3, seed 003's 1 to 4 nodes): :func:`steps` names the nodes of each run (the first 1, 2, ... N) and
+:func:`scaling` turns the runs' figures into per-step database IOPS, efficiency against linear and the knee (the
+scaling code of :mod:`pytest_fabricqa.core.scaling`), with each event's average and worst 99th percentile.
 Nothing here imports pytest.
 """
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from pytest_fabricqa.core.scaling import ScalingPoint, efficiency_violations, knee, scaling_points, subsets
 from pytest_fabricqa.fio.model import FioResult, combine_directions
 from pytest_fabricqa.lab.database import EventLimits, OracleProfile
 
@@ -167,3 +172,65 @@ def judge(all_figures: Sequence[EventFigures], limits: Mapping[str, EventLimits]
                     f"{f.node}, {f.event!r}: {what} {value:.2f} ms over {f.waits} waits, above the {ceiling:g} ms limit"
                 )
     return problems
+
+
+def steps(nodes: Sequence[str], profile: OracleProfile) -> list[tuple[str, ...]]:
+    """The nodes of each run: the first 1, 2, ... all of them when the lab scales the profile (the last is every
+    node, the case's own figures); only every node when it does not, or when there is one."""
+    return subsets(nodes) if profile.scaling else [tuple(nodes)]
+
+
+@dataclass(frozen=True)
+class ScalingStep:
+    """One scaling step of the profile: its nodes, database IOPS (read, write, total), efficiency against linear,
+    and per event the waits' average (over every node's waits) and the worst node's 99th percentile, in ms."""
+
+    nodes: tuple[str, ...]
+    iops: dict[str, float]
+    efficiency: float | None
+    events: dict[str, tuple[float | None, float | None]]
+    knee: bool = False
+    """The last step at which total IOPS still rose by more than :data:`~pytest_fabricqa.core.scaling.DEFAULT_KNEE_GAIN_PCT`
+    percent over the step before (none when every step paid, or there is one)."""
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON form for the case's extras (``oracle_scaling``)."""
+        return {
+            "n": len(self.nodes), "nodes": list(self.nodes),
+            "iops": {k: round(v, 1) for k, v in self.iops.items()},
+            "efficiency": None if self.efficiency is None else round(self.efficiency, 3),
+            "events": {e: {"avg_ms": _round(a), "p99_ms": _round(p)} for e, (a, p) in self.events.items()},
+            "knee": self.knee,
+        }  # fmt: skip
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def scaling(runs: Sequence[tuple[Sequence[str], Sequence[EventFigures]]]) -> list[ScalingStep]:
+    """Each step's figures from (nodes, every node's event figures) per run, in order 1..N: efficiency from the
+    scaling code (IOPS(n) / (n x IOPS(1))) and the knee of the total IOPS when a later step stopped paying."""
+    totals = [database_iops(found) for _, found in runs]
+    points = scaling_points([(tuple(nodes), {"iops": t["total"]}) for (nodes, _), t in zip(runs, totals, strict=True)])
+    where = knee([t["total"] for t in totals]) if len(runs) > 1 else None
+    stopped = where is not None and where < len(runs) - 1
+    out: list[ScalingStep] = []
+    for index, ((nodes, found), total, point) in enumerate(zip(runs, totals, points, strict=True)):
+        events: dict[str, tuple[float | None, float | None]] = {}
+        for event, _ in STREAMS.values():
+            these = [f for f in found if f.event == event]
+            waits = sum(f.waits for f in these)
+            weighted = [(f.avg_ms, f.waits) for f in these if f.avg_ms is not None]
+            avg = sum(a * w for a, w in weighted) / waits if weighted and waits else None
+            p99s = [f.p99_ms for f in these if f.p99_ms is not None]
+            if these:
+                events[event] = (avg, max(p99s) if p99s else None)
+        out.append(ScalingStep(tuple(nodes), total, point.efficiency, events, knee=stopped and index == where))
+    return out
+
+
+def scaling_violations(found: Sequence[ScalingStep], minimum: float | None) -> list[str]:
+    """One sentence per step below the lab's ``min_scaling_efficiency`` (none set: none)."""
+    points = [ScalingPoint(len(s.nodes), s.nodes, s.iops["total"], efficiency=s.efficiency) for s in found]
+    return efficiency_violations(points, minimum, label="oracle profile database IOPS")

@@ -721,6 +721,38 @@ def _awr_rows(raw: object) -> list[tuple[str, ...]]:
     ]
 
 
+def _oracle_scaling(raw: object) -> tuple[list[str], list[tuple[str, ...]]]:
+    """The oracle profile's scaling steps (``extras["oracle_scaling"]``): the header (nodes, database IOPS, read,
+    write, efficiency against linear, then each event's average and worst node's 99th percentile) and one row per
+    step, the knee marked; empty for a case without them."""
+    if not isinstance(raw, list):
+        return [], []
+    steps = [r for r in raw if isinstance(r, dict)]
+    events = list(dict.fromkeys(e for r in steps for e in (r.get("events") or {})))
+    header = ["Nodes", "Database IOPS", "Read", "Write", "Efficiency", *(f"{e}: avg / p99 (ms)" for e in events)]
+
+    def num(value: object, spec: str) -> str:
+        return "–" if not isinstance(value, int | float) or isinstance(value, bool) else format(value, spec)
+
+    rows = []
+    for r in steps:
+        given = r.get("iops")
+        iops = given if isinstance(given, dict) else {}
+        nodes = ", ".join(str(n) for n in r.get("nodes") or [])
+        cells = [
+            f"{r.get('n', '')} ({nodes})" + (" · knee" if r.get("knee") else ""),
+            num(iops.get("total"), ",.0f"),
+            num(iops.get("read"), ",.0f"),
+            num(iops.get("write"), ",.0f"),
+            num(r.get("efficiency"), ".2f"),
+        ]
+        for event in events:
+            figures = (r.get("events") or {}).get(event) or {}
+            cells.append(f"{num(figures.get('avg_ms'), '.2f')} / {num(figures.get('p99_ms'), '.2f')}")
+        rows.append(tuple(cells))
+    return header, rows
+
+
 def _oracle(run: Run) -> list[dict[str, Any]]:
     sections = []
     for case in run.cases:
@@ -733,7 +765,9 @@ def _oracle(run: Run) -> list[dict[str, Any]]:
                 label = CALIBRATE_LABELS.get(key, key)
                 text = f"{value:,}" if isinstance(value, int | float) and not isinstance(value, bool) else str(value)
                 rows.append((label, text))
-        shown = ("calibrate_io", "oracle_profile", "database_iops", "nodes", "skip_reason", "kernel_log")
+        shown = ("calibrate_io", "oracle_profile", "oracle_scaling", "database_iops", "nodes", "skip_reason",
+                 "kernel_log")  # fmt: skip
+        scaling_header, scaling_rows = _oracle_scaling(case.extras.get("oracle_scaling"))
         details = [(k.replace("_", " ").capitalize(), str(v)) for k, v in case.extras.items() if k not in shown]
         sections.append(
             {
@@ -742,6 +776,8 @@ def _oracle(run: Run) -> list[dict[str, Any]]:
                 "checks": case.checks,
                 "calibrate": rows,
                 "awr": _awr_rows(case.extras.get("oracle_profile")),
+                "scaling_header": scaling_header,
+                "scaling": scaling_rows,
                 "details": details,
                 "reasons": _reasons(case) if case.verdict in ("failed", "error") else [],
             }

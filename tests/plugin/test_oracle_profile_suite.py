@@ -25,6 +25,7 @@ oracle_profile:
   limits:
     log file parallel write: {max_ms: LIMIT}
 """
+SCALING = {"on": "", "off": "  scaling: false\n", "judged": "  min_scaling_efficiency: 5\n"}
 
 CONFTEST = """
 import pytest
@@ -66,15 +67,20 @@ def pytest_sessionfinish(session):
 """
 
 
-@pytest.mark.parametrize(("limit", "outcome"), [(100_000, "passed"), (0.001, "failed")])
+@pytest.mark.parametrize(
+    ("limit", "scaling", "outcome"),
+    [(100_000, "on", "passed"), (0.001, "on", "failed"), (100_000, "off", "passed"), (100_000, "judged", "failed")],
+)
 def test_every_node_runs_the_mix_on_its_own_regions_and_a_limit_fails_the_case(
-    pytester: pytest.Pytester, limit: float, outcome: str
+    pytester: pytest.Pytester, limit: float, scaling: str, outcome: str
 ) -> None:
     disk = pytester.path / "disk.img"
     with open(disk, "wb") as fh:
         fh.truncate(160 << 20)
     lab = local_lab("localora", "nqn.2026-11.io.fabricqa:localora", "{path: DISK, writable: true}")
-    (pytester.path / "lab.yaml").write_text(lab.replace("DISK", str(disk)) + PROFILE.replace("LIMIT", str(limit)))
+    (pytester.path / "lab.yaml").write_text(
+        lab.replace("DISK", str(disk)) + PROFILE.replace("LIMIT", str(limit)) + SCALING[scaling]
+    )
     pytester.makeconftest(CONFTEST.replace("@DISK@", str(disk)))
     (pytester.path / "test_oracle_profile.py").write_text(SUITE.read_text())
     report = pytester.path / "report"
@@ -93,7 +99,34 @@ def test_every_node_runs_the_mix_on_its_own_regions_and_a_limit_fails_the_case(
     )
     assert "<td>n2</td><td>db file sequential read</td>" in html
     assert "ASM health and CALIBRATE_IO were not exercised (the lab declares no database)" in html
-    if outcome == "failed":
-        assert any("'log file parallel write': longest wait" in v for v in case["violations"]), case["violations"]
+    steps = case["extras"].get("oracle_scaling")
+    if scaling == "off":
+        assert steps is None and "Scaling on the database" not in html
     else:
+        # 1 then 2 nodes, in the lab file's order; efficiency is IOPS(2) / (2 x IOPS(1)), as the table shows it.
+        assert [(s["n"], s["nodes"]) for s in steps] == [(1, ["n1"]), (2, ["n1", "n2"])]
+        one, two = (s["iops"]["total"] for s in steps)
+        assert steps[1]["efficiency"] == pytest.approx(two / (2 * one), abs=0.002)
+        assert case["figures"]["scaling_efficiency"] == steps[1]["efficiency"]
+        assert (
+            set(steps[0]["events"]) == {r["event"] for r in rows}
+            and steps[0]["events"]["db file sequential read"]["avg_ms"] > 0
+        )
+        assert (
+            "Scaling on the database&#39;s I/O mix: 1 to 2 nodes" in html
+            or "Scaling on the database's I/O mix: 1 to 2 nodes" in html
+        )
+        assert f"<td>{steps[1]['efficiency']:.2f}</td>" in html
+    if outcome == "passed":
         assert case["violations"] == []
+    elif scaling == "judged":
+        (breach,) = case["violations"]
+        assert breach.startswith(
+            f"oracle profile database IOPS: scaling efficiency {steps[1]['efficiency']:.2f} at 2 initiators ("
+        ) and breach.endswith(" is below the minimum of 5"), breach
+    else:
+        breaches = case["violations"]
+        assert any(v.startswith("n1, 'log file parallel write': longest wait") for v in breaches), breaches
+        assert any(v.startswith("1 of 2 nodes: n1, 'log file parallel write': longest wait") for v in breaches), (
+            breaches
+        )

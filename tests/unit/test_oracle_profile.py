@@ -8,6 +8,8 @@ import itertools
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from pytest_fabricqa.fio.parse import parse_fio_output
 from pytest_fabricqa.lab.database import EventLimits, OracleProfile, ReadStream, RedoStream
 from pytest_fabricqa.oracle import profile
@@ -73,3 +75,34 @@ def test_the_real_fio_runs_the_job_file_over_a_file(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     found = profile.figures(parse_fio_output(out.stdout, host="local"), "local")
     assert [f.stream for f in found] == ["redo", "reads", "dbwr", "multiblock"] and all(f.waits for f in found)
+
+
+def _event(node: str, stream: str, iops: float, avg_ms: float, p99_ms: float) -> profile.EventFigures:
+    event = profile.STREAMS[stream][0]
+    return profile.EventFigures(node, event, stream, int(iops * 10), iops, avg_ms, p99_ms, p99_ms * 2, 0.5, 1)
+
+
+def test_scaling_gives_efficiency_the_knee_and_each_events_latency_per_step() -> None:
+    assert profile.steps(["a", "b", "c"], OracleProfile()) == [("a",), ("a", "b"), ("a", "b", "c")]
+    assert profile.steps(["a", "b", "c"], OracleProfile(scaling=False)) == [("a", "b", "c")]
+    one = [_event("a", "redo", 100, 1.0, 2.0), _event("a", "reads", 300, 0.5, 1.0)]
+    two = [
+        _event(n, s, i, avg, p99) for n in "ab" for s, i, avg, p99 in (("redo", 90, 2.0, 4.0), ("reads", 280, 1.0, 3.0))
+    ]
+    three = [*two, _event("c", "redo", 1, 9.0, 30.0), _event("c", "reads", 9, 9.0, 30.0)]  # the third adds ~nothing
+    steps = profile.scaling([(("a",), one), (("a", "b"), two), (("a", "b", "c"), three)])
+    assert [s.iops["total"] for s in steps] == [400, 740, 750]
+    assert steps[0].efficiency == 1 and steps[1].efficiency == pytest.approx(740 / 800)
+    assert [s.knee for s in steps] == [False, True, False]  # two nodes paid (+85%), the third did not (+1%)
+    avg, p99 = steps[2].events["log file parallel write"]
+    assert avg == pytest.approx((2.0 * 900 + 2.0 * 900 + 9.0 * 10) / 1810) and p99 == 30.0
+    assert profile.scaling_violations(steps, None) == []
+    (breach,) = profile.scaling_violations(steps, 0.7)
+    assert (
+        breach.startswith("oracle profile database IOPS: scaling efficiency 0.6")
+        and "at 3 initiators (750 IOPS against 3 x 400)" in breach
+    )
+    linear = profile.scaling(
+        [(("a",), one), (("a", "b"), [*one, _event("b", "redo", 100, 1, 2), _event("b", "reads", 300, 0.5, 1)])]
+    )
+    assert [s.knee for s in linear] == [False, False] and linear[1].efficiency == 1  # every step paid: no knee
