@@ -17,6 +17,7 @@ import pytest
 from pytest_fabricqa.lab.database import OracleSettings
 from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.oracle.health import check_asm_health
+from pytest_fabricqa.report import model as rm
 from pytest_fabricqa.transport.base import Host
 
 pytestmark = pytest.mark.oracle_live
@@ -107,10 +108,13 @@ def test_asm_healthy_after_io(oracle: OracleSettings, asm_snapshot: Callable[[],
 
 
 @pytest.mark.fabricqa_phase("after")
-def test_calibrate_io(oracle: OracleSettings, record_property: Callable[[str, object], None]) -> None:
-    """DBMS_RESOURCE_MANAGER.CALIBRATE_IO, gated by the lab's thresholds (prerequisites checked first)."""
+def test_calibrate_io(oracle: OracleSettings, fabricqa_report: Any, request: pytest.FixtureRequest) -> None:
+    """DBMS_RESOURCE_MANAGER.CALIBRATE_IO, gated by the lab's thresholds (prerequisites checked first); its
+    figures and inputs go to the report's CALIBRATE_IO table."""
     if oracle.calibrate is None or oracle.db is None:
         pytest.skip("the lab's database section has no calibrate/db entry")
+    from dataclasses import asdict
+
     from pytest_fabricqa.oracle.calibrate import calibrate_io, check_prerequisites, check_thresholds
     from pytest_fabricqa.oracle.sql import connect
 
@@ -126,24 +130,26 @@ def test_calibrate_io(oracle: OracleSettings, record_property: Callable[[str, ob
         )
     finally:
         connection.close()
-    record_property("calibrate_max_iops", result.max_iops)
-    record_property("calibrate_max_mbps", result.max_mbps)
-    record_property("calibrate_actual_latency_ms", result.actual_latency_ms)
     violations = check_thresholds(result, oracle.calibrate.thresholds)
+    case = rm.Case(
+        nodeid=request.node.nodeid, case_id="oracle-calibrate-io", suite="oracle", verdict="passed",
+        violations=tuple(violations), extras={"calibrate_io": asdict(result)},
+    )  # fmt: skip
+    fabricqa_report.record(case, request)
     assert not violations, "\n".join(violations)
 
 
 @pytest.mark.fabricqa_phase("after")
 def test_database_waits(
-    oracle: OracleSettings, lab_hosts: dict[str, Host], record_property: Callable[[str, object], None]
+    oracle: OracleSettings, lab_hosts: dict[str, Host], fabricqa_report: Any, request: pytest.FixtureRequest
 ) -> None:
     """The database's own wait events around a load, per instance, as AWR shows them (issue 32, item 4): every
     instance's GV$SYSTEM_EVENT and GV$EVENT_HISTOGRAM read before and after the lab's load (``database.waits``:
     its command on its host, or its window), the deltas' waits, average, 99th percentile and longest wait per
-    event, gated by the lab's per-event limits. An instance that restarted in between is said and not counted."""
+    event, gated by the lab's per-event limits, in the report's "as AWR shows it" table per instance. An instance
+    that restarted in between is said and not counted."""
     if oracle.waits is None or oracle.db is None:
         pytest.skip("the lab's database section has no waits/db entry")
-    import json
     import time
 
     from pytest_fabricqa.oracle import waits
@@ -163,7 +169,10 @@ def test_database_waits(
         connection.close()
     result = waits.delta(before, after, settings.events)
     problems, notes = waits.judge(result, settings.limits)
-    record_property("database_waits", json.dumps(waits.table(result)))
-    for note in notes:
-        record_property("database_waits_note", note)
+    case = rm.Case(
+        nodeid=request.node.nodeid, case_id="oracle-database-waits", suite="oracle", verdict="passed",
+        violations=tuple(problems),
+        extras={"database_waits": waits.table(result), "database_waits_notes": notes},
+    )  # fmt: skip
+    fabricqa_report.record(case, request)
     assert not problems, "\n".join(problems)

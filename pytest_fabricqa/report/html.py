@@ -753,6 +753,24 @@ def _oracle_scaling(raw: object) -> tuple[list[str], list[tuple[str, ...]]]:
     return header, rows
 
 
+def _waits_rows(raw: object) -> tuple[list[str], list[tuple[str, ...]]]:
+    """A live database's waits (``extras["database_waits"]``, :func:`pytest_fabricqa.oracle.waits.table`'s rows):
+    its columns as the header and one row per instance and event; empty for a case without them."""
+    if not isinstance(raw, list):
+        return [], []
+    rows = [r for r in raw if isinstance(r, dict)]
+    header = list(dict.fromkeys(k for r in rows for k in r))
+
+    def cell(value: object) -> str:
+        if value is None:
+            return "–"
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return f"{value:,}"
+        return str(value)
+
+    return [h[:1].upper() + h[1:] for h in header], [tuple(cell(r.get(k)) for k in header) for r in rows]
+
+
 def _oracle(run: Run) -> list[dict[str, Any]]:
     sections = []
     for case in run.cases:
@@ -766,7 +784,9 @@ def _oracle(run: Run) -> list[dict[str, Any]]:
                 text = f"{value:,}" if isinstance(value, int | float) and not isinstance(value, bool) else str(value)
                 rows.append((label, text))
         shown = ("calibrate_io", "oracle_profile", "oracle_scaling", "database_iops", "nodes", "skip_reason",
-                 "kernel_log")  # fmt: skip
+                 "kernel_log", "database_waits", "database_waits_notes")  # fmt: skip
+        waits_header, waits_rows = _waits_rows(case.extras.get("database_waits"))
+        notes = case.extras.get("database_waits_notes")
         scaling_header, scaling_rows = _oracle_scaling(case.extras.get("oracle_scaling"))
         details = [(k.replace("_", " ").capitalize(), str(v)) for k, v in case.extras.items() if k not in shown]
         sections.append(
@@ -776,6 +796,9 @@ def _oracle(run: Run) -> list[dict[str, Any]]:
                 "checks": case.checks,
                 "calibrate": rows,
                 "awr": _awr_rows(case.extras.get("oracle_profile")),
+                "waits_header": waits_header,
+                "waits": waits_rows,
+                "notes": [str(n) for n in notes] if isinstance(notes, list) else [],
                 "scaling_header": scaling_header,
                 "scaling": scaling_rows,
                 "details": details,
