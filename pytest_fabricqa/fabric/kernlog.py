@@ -65,6 +65,12 @@ memory-reclaim workqueue flushed an ordinary one (``check_flush_dependency``, on
 iscsi_ctrl_0:3:__iscsi_unbind_session ... is flushing !WQ_MEM_RECLAIM pm:pm_runtime_work``, CI of 4627b63, an
 SCST teardown on vnode1): a kernel's own bookkeeping at a clean logout, no I/O touched. A warning :data:`BENIGN`
 names excuses its own call trace (the ``Call Trace:`` line that follows it before another splat begins)."""
+DISCONNECT_READS = r"Buffer I/O error on dev \S+, logical block \d+, async page read"
+"""What a deliberate disconnect of every path may leave (a case's ``fabricqa_kernel_expects``): a buffered read of
+the device -- udev's probe or the page cache's readahead, never the plugin's fio, which reads with O_DIRECT -- in
+flight when the last path went ("block nvme0n1: no available path - failing I/O", then "Buffer I/O error on dev
+nvme0n1, logical block 1024, async page read" on vnode1, nvme-rdma on nvmet, full run of 46e990c). A lost write,
+any other I/O error, or an error on a device while a path remains is still trouble."""
 SPLAT = re.compile(r"WARNING:|\bBUG\b|Oops|INFO: task|blocked for more than|soft lockup|hung_task", re.IGNORECASE)
 """The first line of a kernel splat, whose ``Call Trace:`` follows it."""
 

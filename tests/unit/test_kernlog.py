@@ -169,3 +169,21 @@ def test_lines_an_earlier_case_read_are_never_the_next_cases_however_near_its_st
     assert found.trouble()["vnode1"] == [
         "21:51:03.114 sd 0:0:0:1: [sda] tag#7 FAILED Result: hostbyte=DID_OK driverbyte=DRIVER_OK cmd_age=30s"
     ]
+
+
+def test_a_disconnects_failed_buffered_read_is_expected_and_nothing_else_is() -> None:
+    """The reconnect case expects :data:`kernlog.DISCONNECT_READS` (vnode1's lines of the full run of 46e990c);
+    a lost write, a direct I/O's error or a path failing stays trouble."""
+    expected = [re.compile(kernlog.DISCONNECT_READS, re.IGNORECASE)]
+    seen = [
+        "16:09:09.1 block nvme0n1: no available path - failing I/O",
+        "16:09:09.1 Buffer I/O error on dev nvme0n1, logical block 1024, async page read",
+    ]
+    assert kernlog.trouble_problems(kernlog.Account({"vnode1": seen}, {}), expected) == []
+    for other in (
+        "16:09:09.1 Buffer I/O error on dev nvme0n1, logical block 1024, lost async page write",
+        "16:09:09.1 I/O error, dev nvme0n1, sector 2048 op 0x1:(WRITE) flags 0x8800 phys_seg 1 prio class 2",
+        "16:09:09.1 device-mapper: multipath: 253:0: Failing path 8:16.",
+    ):
+        (problem,) = kernlog.trouble_problems(kernlog.Account({"vnode1": [*seen, other]}, {}), expected)
+        assert other in problem, problem
