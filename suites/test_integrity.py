@@ -212,8 +212,13 @@ def test_verify_detects_corruption(
 
 
 # The fenced write: SCSI says "reservation conflict"; Linux 6.1 logs NVMe's as "I/O Error (sct 0x0 / sc 0x83)" (its
-# Reservation Conflict status, read on vnode1), and the block layer "critical nexus error" for either.
-@pytest.mark.fabricqa_kernel_expects(r"reservation conflict", r"sct 0x0 / sc 0x83\b", r"nexus error", r"FAILED Result")
+# Reservation Conflict status, read on vnode1), and the block layer "critical nexus error" for either. PREEMPT AND
+# ABORT aborts the victim's commands in flight, and SCST answered none of them (no TASK ABORTED status): the victim's
+# initiator times each out and aborts it itself ("scst: Aborting task set" at the preempt, then 60 s later
+# "scst: TM fn ABORT_TASK/0 (..., initiator ...:vnode1, ...)", iSER on SCST, full run of 46e990c).
+@pytest.mark.fabricqa_kernel_expects(
+    r"reservation conflict", r"sct 0x0 / sc 0x83\b", r"nexus error", r"FAILED Result", r"TM fn ABORT_TASK\b"
+)
 def test_reservations_fence(
     lab: LabModel, fabric: Fabric, protocol: str, lab_hosts: dict[str, Host], write_guard: WriteGuard,
     fabricqa_report: Any, request: pytest.FixtureRequest,
