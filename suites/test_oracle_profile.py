@@ -8,7 +8,8 @@ sessions waited; the lab's per-event limits (``oracle_profile.limits``) fail the
 device the lab marks writable, after the data-safety guard, and only where the device holds every node's regions.
 With ``oracle_profile.scaling`` (the default) it runs from the first 1, 2, ... N initiators before all of them
 (seed 003's 1 to 4 nodes; lab-file order) and reports per step database IOPS, efficiency against linear
-(IOPS(n) / (n x IOPS(1)), gated by ``min_scaling_efficiency`` when the lab sets one), the knee and each event's
+(IOPS(n) / (n x IOPS(1)), gated by ``min_scaling_efficiency`` when the lab sets one), the knee (at the lab's
+``workloads.knee_gain_pct``) and each event's
 average and worst 99th percentile; every step is held to the per-event limits. No database is needed: this is the
 database's I/O, not the database.
 """
@@ -23,6 +24,7 @@ from pytest_fabricqa.fabric.provision import Fabric
 from pytest_fabricqa.fio.parse import FioOutputError, parse_fio_output
 from pytest_fabricqa.integrity import checks as ig
 from pytest_fabricqa.lab.model import LabModel
+from pytest_fabricqa.measure.point import MeasurePlan
 from pytest_fabricqa.oracle import profile
 from pytest_fabricqa.report import model as rm
 from pytest_fabricqa.safety.guard import WriteGuard
@@ -34,7 +36,7 @@ pytestmark = pytest.mark.loads_target
 
 def test_oracle_profile(
     lab: LabModel, fabric: Fabric, protocol: str, lab_hosts: dict[str, Host], write_guard: WriteGuard,
-    fabricqa_report: Any, request: pytest.FixtureRequest,
+    measure_plan: MeasurePlan, fabricqa_report: Any, request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
     """The oracle profile from every initiator at once (and, scaling, from the first 1..N-1 before), per node and
     wait event against the lab's limits."""
@@ -87,7 +89,7 @@ def test_oracle_profile(
     figures: dict[str, float] = {"iops": round(iops["total"], 1)}
     extras: dict[str, Any] = {"oracle_profile": [_row(f) for f in found], "nodes": nodes}
     if len(runs) > 1:
-        scaled = profile.scaling(runs)
+        scaled = profile.scaling(runs, measure_plan.knee_gain_pct)
         problems += profile.scaling_violations(scaled, settings.min_scaling_efficiency)
         extras["oracle_scaling"] = [s.to_dict() for s in scaled]
         if scaled[-1].efficiency is not None:

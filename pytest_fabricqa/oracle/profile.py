@@ -23,7 +23,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pytest_fabricqa.core.scaling import ScalingPoint, efficiency_violations, knee, scaling_points, subsets
+from pytest_fabricqa.core.scaling import (
+    DEFAULT_KNEE_GAIN_PCT,
+    ScalingPoint,
+    efficiency_violations,
+    knee,
+    scaling_points,
+    subsets,
+)
 from pytest_fabricqa.fio.model import FioResult, combine_directions
 from pytest_fabricqa.lab.database import EventLimits, OracleProfile
 
@@ -190,8 +197,8 @@ class ScalingStep:
     efficiency: float | None
     events: dict[str, tuple[float | None, float | None]]
     knee: bool = False
-    """The last step at which total IOPS still rose by more than :data:`~pytest_fabricqa.core.scaling.DEFAULT_KNEE_GAIN_PCT`
-    percent over the step before (none when every step paid, or there is one)."""
+    """The knee: the last step before the first one that added no more than the lab's ``workloads.knee_gain_pct``
+    percent of total IOPS (no step is when every step paid, or there is one)."""
 
     def to_dict(self) -> dict[str, object]:
         """JSON form for the case's extras (``oracle_scaling``)."""
@@ -208,12 +215,15 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def scaling(runs: Sequence[tuple[Sequence[str], Sequence[EventFigures]]]) -> list[ScalingStep]:
+def scaling(
+    runs: Sequence[tuple[Sequence[str], Sequence[EventFigures]]], min_gain_pct: float = DEFAULT_KNEE_GAIN_PCT
+) -> list[ScalingStep]:
     """Each step's figures from (nodes, every node's event figures) per run, in order 1..N: efficiency from the
-    scaling code (IOPS(n) / (n x IOPS(1))) and the knee of the total IOPS when a later step stopped paying."""
+    scaling code (IOPS(n) / (n x IOPS(1))) and the knee of the total IOPS (:func:`~pytest_fabricqa.core.scaling.knee`
+    at ``min_gain_pct``) when a later step stopped paying."""
     totals = [database_iops(found) for _, found in runs]
     points = scaling_points([(tuple(nodes), {"iops": t["total"]}) for (nodes, _), t in zip(runs, totals, strict=True)])
-    where = knee([t["total"] for t in totals]) if len(runs) > 1 else None
+    where = knee([t["total"] for t in totals], min_gain_pct) if len(runs) > 1 else None
     stopped = where is not None and where < len(runs) - 1
     out: list[ScalingStep] = []
     for index, ((nodes, found), total, point) in enumerate(zip(runs, totals, points, strict=True)):

@@ -94,6 +94,8 @@ def test_scaling_gives_efficiency_the_knee_and_each_events_latency_per_step() ->
     assert [s.iops["total"] for s in steps] == [400, 740, 750]
     assert steps[0].efficiency == 1 and steps[1].efficiency == pytest.approx(740 / 800)
     assert [s.knee for s in steps] == [False, True, False]  # two nodes paid (+85%), the third did not (+1%)
+    runs = [(s.nodes, f) for s, f in zip(steps, (one, two, three), strict=True)]
+    assert [s.knee for s in profile.scaling(runs, 90)] == [True, False, False]  # the lab's gain: +85% is not 90%
     avg, p99 = steps[2].events["log file parallel write"]
     assert avg == pytest.approx((2.0 * 900 + 2.0 * 900 + 9.0 * 10) / 1810) and p99 == 30.0
     assert profile.scaling_violations(steps, None) == []
