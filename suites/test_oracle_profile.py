@@ -9,8 +9,7 @@ device the lab marks writable, after the data-safety guard, and only where the d
 With ``oracle_profile.scaling`` (the default) it runs from the first 1, 2, ... N initiators before all of them
 (seed 003's 1 to 4 nodes; lab-file order) and reports per step database IOPS, efficiency against linear
 (IOPS(n) / (n x IOPS(1)), gated by ``min_scaling_efficiency`` when the lab sets one), the knee (at the lab's
-``workloads.knee_gain_pct``) and each event's
-average and worst 99th percentile; every step is held to the per-event limits. No database is needed: this is the
+``workloads.knee_gain_pct``) and each event's average and worst 99th percentile; every step is held to the per-event limits. No database is needed: this is the
 database's I/O, not the database.
 """
 

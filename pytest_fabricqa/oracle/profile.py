@@ -198,7 +198,7 @@ class ScalingStep:
     events: dict[str, tuple[float | None, float | None]]
     knee: bool = False
     """The knee: the last step before the first one that added no more than the lab's ``workloads.knee_gain_pct``
-    percent of total IOPS (no step is when every step paid, or there is one)."""
+    percent of total IOPS (none is marked when every step paid, or when there is one step)."""
 
     def to_dict(self) -> dict[str, object]:
         """JSON form for the case's extras (``oracle_scaling``)."""

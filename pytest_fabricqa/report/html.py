@@ -693,6 +693,13 @@ def _duration(start: datetime, end: datetime) -> str:
     return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {seconds:02d} s"
 
 
+def _cell(value: object, spec: str = ",", missing: str = "–") -> str:
+    """One cell of the Oracle tables: a number in ``spec``, a text as it is, nothing as ``missing``."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return format(value, spec)
+    return missing if value is None else str(value)
+
+
 AWR_COLUMNS = ("Node", "Wait event", "Waits", "IOPS", "Avg wait (ms)", "p99 (ms)", "Max (ms)", "% of time waiting")
 
 
@@ -703,7 +710,7 @@ def _awr_rows(raw: object) -> list[tuple[str, ...]]:
         return []
 
     def cell(value: object, spec: str) -> str:
-        return "" if not isinstance(value, int | float) or isinstance(value, bool) else format(value, spec)
+        return _cell(value, spec, missing="")
 
     return [
         (
@@ -731,9 +738,6 @@ def _oracle_scaling(raw: object) -> tuple[list[str], list[tuple[str, ...]]]:
     events = list(dict.fromkeys(e for r in steps for e in (r.get("events") or {})))
     header = ["Nodes", "Database IOPS", "Read", "Write", "Efficiency", *(f"{e}: avg / p99 (ms)" for e in events)]
 
-    def num(value: object, spec: str) -> str:
-        return "–" if not isinstance(value, int | float) or isinstance(value, bool) else format(value, spec)
-
     rows = []
     for r in steps:
         given = r.get("iops")
@@ -741,14 +745,14 @@ def _oracle_scaling(raw: object) -> tuple[list[str], list[tuple[str, ...]]]:
         nodes = ", ".join(str(n) for n in r.get("nodes") or [])
         cells = [
             f"{r.get('n', '')} ({nodes})" + (" · knee" if r.get("knee") else ""),
-            num(iops.get("total"), ",.0f"),
-            num(iops.get("read"), ",.0f"),
-            num(iops.get("write"), ",.0f"),
-            num(r.get("efficiency"), ".2f"),
+            _cell(iops.get("total"), ",.0f"),
+            _cell(iops.get("read"), ",.0f"),
+            _cell(iops.get("write"), ",.0f"),
+            _cell(r.get("efficiency"), ".2f"),
         ]
         for event in events:
             figures = (r.get("events") or {}).get(event) or {}
-            cells.append(f"{num(figures.get('avg_ms'), '.2f')} / {num(figures.get('p99_ms'), '.2f')}")
+            cells.append(f"{_cell(figures.get('avg_ms'), '.2f')} / {_cell(figures.get('p99_ms'), '.2f')}")
         rows.append(tuple(cells))
     return header, rows
 
@@ -760,15 +764,7 @@ def _waits_rows(raw: object) -> tuple[list[str], list[tuple[str, ...]]]:
         return [], []
     rows = [r for r in raw if isinstance(r, dict)]
     header = list(dict.fromkeys(k for r in rows for k in r))
-
-    def cell(value: object) -> str:
-        if value is None:
-            return "–"
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return f"{value:,}"
-        return str(value)
-
-    return [h[:1].upper() + h[1:] for h in header], [tuple(cell(r.get(k)) for k in header) for r in rows]
+    return [h[:1].upper() + h[1:] for h in header], [tuple(_cell(r.get(k)) for k in header) for r in rows]
 
 
 def _oracle(run: Run) -> list[dict[str, Any]]:
@@ -781,8 +777,7 @@ def _oracle(run: Run) -> list[dict[str, Any]]:
         if isinstance(calibrate, dict):
             for key, value in calibrate.items():
                 label = CALIBRATE_LABELS.get(key, key)
-                text = f"{value:,}" if isinstance(value, int | float) and not isinstance(value, bool) else str(value)
-                rows.append((label, text))
+                rows.append((label, _cell(value)))
         shown = ("calibrate_io", "oracle_profile", "oracle_scaling", "database_iops", "nodes", "skip_reason",
                  "kernel_log", "database_waits", "database_waits_notes")  # fmt: skip
         waits_header, waits_rows = _waits_rows(case.extras.get("database_waits"))
