@@ -1,5 +1,6 @@
 """The kernel's own account of a case: each lab host's storage messages (NVMe, SCSI, iSCSI/iSER, RDMA,
-dm-multipath, SCST, hung tasks) since the case began, read from ``dmesg``.
+dm-multipath, SCST, hung tasks, and the clocksource watchdog's notes, which say a guest's CPU stopped) since the
+case began, read from ``dmesg``, and the RDMA link counters that rose meanwhile (retransmits, errors).
 
 A stalled path, a dropped controller or a hung reconnect shows first in the initiators' and the target's kernel
 log; a failure that names only fio's timeout leaves the engineer (and a CI log) guessing, and a path that dropped
@@ -24,19 +25,33 @@ from datetime import datetime
 from pytest_fabricqa.transport.base import Host
 from pytest_fabricqa.transport.fanout import each
 
-KERNEL_LOG = 'date +%s.%N; { dmesg --time-format iso || echo "dmesg failed: exit $?"; } | tail -n 3000'
+RDMA_MARK = "== rdma statistic"
+KERNEL_LOG = (
+    'date +%s.%N; { dmesg --time-format iso || echo "dmesg failed: exit $?"; } | tail -n 3000; '
+    f'echo "{RDMA_MARK}"; rdma statistic show 2>/dev/null || true'
+)
 """The host's clock (Unix seconds, first line), then its kernel ring buffer with wall-clock times (util-linux 2.30
-and later), its newest lines."""
+and later), its newest lines, then (after :data:`RDMA_MARK`) each RDMA link's counters (iproute2's ``rdma``;
+nothing on a host without it or without RDMA devices)."""
 READ_TIMEOUT_S = 20.0
 SLACK_S = 1.0
 """Lines this long before the case began (on the host's clock) count too: the clock is read over SSH, so the
 runner's moment maps to the host's within the command's time."""
 MOST_LINES = 30
-"""The newest this many storage lines per host: the end of the story, not the whole connect chatter."""
+"""At most this many storage lines per host are shown: the whole connect chatter would drown the story."""
+FIRST_LINES = 10
+"""Of :data:`MOST_LINES`, this many are the oldest when there are more: how the trouble began (a guest starved of
+CPU, a first timeout) is the start of the story, and the newest lines alone showed only its end (a queue's worth
+of ``I/O ... QID 1 timeout`` lines on vnode2 and its reconnect, CI of 540e45f, nothing of how the stall began)."""
+RDMA_RISE = re.compile(r"err|retr|seq|dup|rnr|timeout|out_of|link_down|drop|discard", re.IGNORECASE)
+"""The RDMA link counters worth showing when they rose over a case: retransmits, duplicates, out-of-sequence
+packets, RNR NAKs, errors (Soft-RoCE's ``duplicate_request``, ``out_of_seq_request``, ``completer_retry_err``,
+``retry_exceeded_err``; a ConnectX's ``out_of_sequence``, ``local_ack_timeout_err``), not the traffic counts.
+Shown, never judged: a retransmit is the transport doing its job, and a lost I/O shows in the kernel log anyway."""
 STORAGE = re.compile(
     r"nvme|nvmet|iscsi|iser|isert|scsi|\bsd[a-z]+\b|rdma|\brxe|\bmlx|blk_update|I/O error|Buffer I/O|device-mapper"
     r"|multipath|\bdm-\d|scst|\btgt|hung_task|blocked for more than|INFO: task|Call Trace|\bBUG\b|WARNING:|Oops"
-    r"|\bLink is (?:Up|Down)\b|\blink (?:up|down)\b",
+    r"|\bLink is (?:Up|Down)\b|\blink (?:up|down)\b|clocksource",
     re.IGNORECASE,
 )
 _LINE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:[,.](\d+))?([+-]\d{2}:?\d{2})\s(.*)$")
@@ -131,9 +146,17 @@ def read_entries(
     clock reading that comes with the log) and after ``after_s`` (the host's clock: see :func:`storage_entries`),
     that offset (host clock minus the runner's), and the time of the newest line read (any line); raises what the
     transport raises."""
+    entries, offset, newest, _ = read_host(host, since_s, after_s)
+    return entries, offset, newest
+
+
+def read_host(
+    host: Host, since_s: float, after_s: float | None = None
+) -> tuple[list[tuple[float, str]], float, float | None, dict[str, dict[str, int]]]:
+    """:func:`read_entries`' three, and the host's RDMA link counters (:func:`rdma_counters`) read with them."""
     result = host.run(["sh", "-c", KERNEL_LOG], check=False, timeout=READ_TIMEOUT_S)
     returned = time.time()
-    text = result.stdout
+    text, _, counters = result.stdout.partition(f"\n{RDMA_MARK}\n")
     first, _, rest = text.partition("\n")
     try:
         host_now = float(first.strip())
@@ -147,7 +170,38 @@ def read_entries(
         raise RuntimeError(f"dmesg could not be read ({tail}); it needs root or kernel.dmesg_restrict=0")
     # The host read its clock before the runner saw the answer: the offset errs early, keeping a line or two more.
     offset = 0.0 if host_now is None else host_now - returned
-    return storage_entries(text, since_s + offset, after_s), offset, last_stamp(text)
+    return storage_entries(text, since_s + offset, after_s), offset, last_stamp(text), rdma_counters(counters)
+
+
+def rdma_counters(text: str) -> dict[str, dict[str, int]]:
+    """Per link (``rxe0/1``), its counters by name, from ``rdma statistic show`` (``link rxe0/1 sent_pkts 415052
+    rcvd_pkts 123648 ...``); lines of any other shape are passed over."""
+    links: dict[str, dict[str, int]] = {}
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) < 4 or words[0] != "link":
+            continue
+        pairs = zip(words[2::2], words[3::2], strict=False)
+        links[words[1]] = {name: int(value) for name, value in pairs if value.isdigit()}
+    return links
+
+
+def rdma_rises(now: Mapping[str, Mapping[str, int]], before: Mapping[str, Mapping[str, int]] | None) -> list[str]:
+    """One line per RDMA link whose :data:`RDMA_RISE` counters rose since ``before`` (the previous account's
+    reading; None: since the host booted), each counter with its rise."""
+    out: list[str] = []
+    for link, counters in now.items():
+        earlier = (before or {}).get(link, {})
+        rose = {
+            name: value - earlier.get(name, 0)
+            for name, value in counters.items()
+            if RDMA_RISE.search(name) and value > earlier.get(name, 0)
+        }
+        if rose:
+            since = "since the previous case's reading" if before is not None else "since the host booted"
+            listed = ", ".join(f"{name} +{value:,}" for name, value in rose.items())
+            out.append(f"RDMA {link} counters that rose {since}: {listed}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -161,6 +215,10 @@ class Account:
     aftermath: dict[str, int] = field(default_factory=dict)
     read_to: dict[str, float] = field(default_factory=dict)
     """Per host, the time (its clock) of the newest line this account read: the next case's account starts after it."""
+    counters: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
+    """Per host, its RDMA links' counters as this account read them: the next case's rises are counted from them."""
+    notes: dict[str, list[str]] = field(default_factory=dict)
+    """Per host with any, its RDMA counters that rose (:func:`rdma_rises`): shown after its lines, never judged."""
 
     def trouble(self, allow: Sequence[re.Pattern[str]] = ()) -> dict[str, list[str]]:
         """Per host with any, its judged lines that mean trouble (:data:`TROUBLE`, not :data:`BENIGN`) and match no
@@ -180,10 +238,19 @@ class Account:
                 found[host] = bad
         return found
 
+    def shown(self, host: str) -> list[str]:
+        """What is shown of ``host``: at most :data:`MOST_LINES` of its lines (the oldest :data:`FIRST_LINES` and the
+        newest, with how many lie between), then its RDMA notes."""
+        lines = self.lines.get(host, [])
+        if len(lines) > MOST_LINES:
+            left = len(lines) - MOST_LINES
+            lines = [*lines[:FIRST_LINES], f"... {left:,} lines not shown ...", *lines[FIRST_LINES - MOST_LINES :]]
+        return [*lines, *self.notes.get(host, [])]
+
     def to_dict(self) -> dict[str, list[str]]:
-        """For ``case.extras["kernel_log"]``: each host's newest :data:`MOST_LINES` lines, or why it was not read;
+        """For ``case.extras["kernel_log"]``: what is shown of each host (:meth:`shown`), or why it was not read;
         hosts with nothing to say left out."""
-        out = {host: lines[-MOST_LINES:] for host, lines in self.lines.items() if lines}
+        out = {host: self.shown(host) for host in [*self.lines, *self.notes] if self.shown(host)}
         out.update({host: [f"not read: {why}"] for host, why in self.unread.items()})
         return out
 
@@ -194,30 +261,39 @@ def account(
     *,
     judged_from_s: float | None = None,
     after: Mapping[str, float] | None = None,
+    counters_before: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None,
 ) -> Account:
     """Every host's storage lines since ``since_s`` (the runner's Unix time), read at once; those before
     ``judged_from_s`` (the runner's time; the end of a fault's aftermath) are counted as aftermath. ``after``: per
     host, the newest line an earlier account read (:attr:`Account.read_to`): a line the previous case ended with
     (a fence case's expected reservation conflict, 1 s before the next case began: the full run of 52bec91) is
-    that case's, however near the next one's start. Never raises."""
+    that case's, however near the next one's start. ``counters_before``: per host, the RDMA counters an earlier
+    account read (:attr:`Account.counters`); a host without any has its rises counted from its boot. Never raises."""
     after = after or {}
-    read = each(hosts.values(), lambda host: read_entries(host, since_s, after.get(host.name)), check=False)
+    before = counters_before or {}
+    read = each(hosts.values(), lambda host: read_host(host, since_s, after.get(host.name)), check=False)
     lines: dict[str, list[str]] = {}
     unread: dict[str, str] = {}
     aftermath: dict[str, int] = {}
     read_to: dict[str, float] = {}
+    counters: dict[str, dict[str, dict[str, int]]] = {}
+    notes: dict[str, list[str]] = {}
     for name in hosts:
         found = read.get(name)
         if isinstance(found, BaseException):
             unread[name] = str(found)
         elif found is not None:
-            entries, offset, newest = found
+            entries, offset, newest, links = found
             lines[name] = [line for _, line in entries]
+            if links:
+                counters[name] = links
+                if rises := rdma_rises(links, before.get(name)):
+                    notes[name] = rises
             if newest is not None:
                 read_to[name] = newest
             if judged_from_s is not None and judged_from_s > since_s:
                 aftermath[name] = sum(1 for when, _ in entries if when < judged_from_s + offset)
-    return Account(lines, unread, aftermath, read_to)
+    return Account(lines, unread, aftermath, read_to, counters, notes)
 
 
 def trouble_problems(found: Account, allow: Sequence[re.Pattern[str]] = ()) -> list[str]:
@@ -234,15 +310,14 @@ def trouble_problems(found: Account, allow: Sequence[re.Pattern[str]] = ()) -> l
 
 
 def sections_of(found: Account, hosts: Sequence[str]) -> list[tuple[str, str]]:
-    """``(title, text)`` per host with something to say, in ``hosts``' order: its newest storage lines, or why
-    they could not be read."""
+    """``(title, text)`` per host with something to say, in ``hosts``' order: what is shown of its storage lines
+    and RDMA counters (:meth:`Account.shown`), or why they could not be read."""
     out: list[tuple[str, str]] = []
     for name in hosts:
         if name in found.unread:
             out.append((f"kernel log {name}", f"not read: {found.unread[name]}"))
-        elif found.lines.get(name):
-            text = "\n".join(found.lines[name][-MOST_LINES:])
-            out.append((f"kernel log {name} (storage lines since the case began)", text))
+        elif shown := found.shown(name):
+            out.append((f"kernel log {name} (storage lines since the case began)", "\n".join(shown)))
     return out
 
 

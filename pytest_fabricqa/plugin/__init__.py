@@ -10,6 +10,7 @@ import contextlib
 import itertools
 import os
 from collections.abc import Callable, Generator, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,8 @@ WORKLOADS_KEY = pytest.StashKey["list[Workload]"]()
 MEASURE_KEY = pytest.StashKey["MeasurePlan"]()
 KERNEL_KEY: pytest.StashKey[Account] = pytest.StashKey()
 KERNEL_READ_KEY: pytest.StashKey[dict[str, float]] = pytest.StashKey()  # per host, the newest line an account read
+# per host, its RDMA links' counters as the last account read them
+KERNEL_COUNTERS_KEY: pytest.StashKey[dict[str, dict[str, dict[str, int]]]] = pytest.StashKey()
 FLOOR_KEY: pytest.StashKey[Floor] = pytest.StashKey()
 REPORT_PLUGIN = "fabricqa-report"  # the name the session's ReportPlugin is registered under
 
@@ -491,20 +494,24 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         ended = floor.last_fault_end()
         settled = None if ended is None or lab is None else ended + lab.watch.fault_settle_s
         read_to = item.config.stash.setdefault(KERNEL_READ_KEY, {})
+        counters = item.config.stash.setdefault(KERNEL_COUNTERS_KEY, {})
+        read = partial(kernlog.account, hosts, began, judged_from_s=settled, after=read_to, counters_before=counters)
         try:
             outcome = yield
         except pytest.skip.Exception:
             raise
         except BaseException:
-            item.stash[KERNEL_KEY] = found = kernlog.account(hosts, began, judged_from_s=settled, after=read_to)
+            item.stash[KERNEL_KEY] = found = read()
             read_to.update(found.read_to)
+            counters.update(found.counters)
             amend_case(item, extras={"kernel_log": found.to_dict()})
             raise
         finally:
             if faulted:
                 floor.fault_ended(time.time())
-        item.stash[KERNEL_KEY] = found = kernlog.account(hosts, began, judged_from_s=settled, after=read_to)
+        item.stash[KERNEL_KEY] = found = read()
         read_to.update(found.read_to)
+        counters.update(found.counters)
     problems: list[str] = []
     if not faulted:
         expected = [re.compile(p, re.IGNORECASE) for m in item.iter_markers("fabricqa_kernel_expects") for p in m.args]

@@ -91,12 +91,20 @@ def test_loads_nothing(lab_session):
 """
 
 
+RDMA = """#!/bin/sh
+# iproute2's `rdma statistic show` line shape (tests/data/kernlog/vstor-rdma-statistic.txt); a retransmit per call.
+echo x >> "$(dirname "$0")/rdma-calls"
+echo "link rxe0/1 sent_pkts 10 duplicate_request $(wc -l < "$(dirname "$0")/rdma-calls") rdma_sends 5"
+"""
+
+
 def _watched_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, lab: str) -> pytest.RunResult:
     bin_dir = pytester.path / "bin"
     bin_dir.mkdir()
-    dmesg = bin_dir / "dmesg"
-    dmesg.write_text(DMESG)
-    dmesg.chmod(dmesg.stat().st_mode | stat.S_IXUSR)
+    for name, text in (("dmesg", DMESG), ("rdma", RDMA)):
+        tool = bin_dir / name
+        tool.write_text(text)
+        tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     (pytester.path / "lab.yaml").write_text(lab)
     pytester.makepyfile(test_cases=WATCHED)
@@ -124,8 +132,14 @@ def test_a_point_that_met_its_limits_fails_on_storage_trouble_in_the_kernel_log(
     assert cases["fault"]["verdict"] == "passed" and not cases["fault"]["violations"]
     # The account is kept with either case: the fault's lines are what it did.
     account = cases["fault"]["extras"]["kernel_log"]
-    assert set(account) == {"n1", "stor"} and account["n1"][-1].endswith("nvme nvme0: starting error recovery")
+    assert set(account) == {"n1", "stor"} and account["n1"][-2].endswith("nvme nvme0: starting error recovery")
     assert not [line for lines in account.values() for line in lines if "renamed from" in line or "old line" in line]
+    # Each watched case says which RDMA counters rose: the first since the hosts booted, later ones since the
+    # previous case's reading; shown, never judged (the fault case passed).
+    first = cases["point"]["extras"]["kernel_log"]["n1"][-1]
+    assert first.startswith("RDMA rxe0/1 counters that rose since the host booted: duplicate_request +"), first
+    rose = [line for lines in account.values() for line in lines if line.startswith("RDMA rxe0/1")]
+    assert rose and all("since the previous case's reading: duplicate_request +" in line for line in rose), account
 
 
 def test_a_line_the_lab_allows_does_not_fail_the_point(

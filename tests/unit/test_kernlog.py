@@ -187,3 +187,66 @@ def test_a_disconnects_failed_buffered_read_is_expected_and_nothing_else_is() ->
     ):
         (problem,) = kernlog.trouble_problems(kernlog.Account({"vnode1": [*seen, other]}, {}), expected)
         assert other in problem, problem
+
+
+RDMA = (Path(__file__).parent.parent / "data" / "kernlog" / "vstor-rdma-statistic.txt").read_text()
+
+
+def test_rdma_counters_are_read_per_link_and_only_retransmits_and_errors_that_rose_are_said() -> None:
+    before = kernlog.rdma_counters(RDMA)
+    assert before["rxe0/1"]["sent_pkts"] == 415052 and before["rxe1/1"]["rdma_sends"] == 0
+    assert kernlog.rdma_rises(before, None) == []  # nothing but traffic since boot
+    later = RDMA.replace("sent_pkts 415052", "sent_pkts 500000", 1).replace(
+        "duplicate_request 0 out_of_seq_request 0", "duplicate_request 12 out_of_seq_request 3", 1
+    )
+    now = kernlog.rdma_counters(later.replace("completer_retry_err 0", "completer_retry_err 2", 1))
+    assert kernlog.rdma_rises(now, before) == [
+        "RDMA rxe0/1 counters that rose since the previous case's reading: "
+        "duplicate_request +12, out_of_seq_request +3, completer_retry_err +2"
+    ]
+    assert kernlog.rdma_rises(now, now) == []
+    assert kernlog.rdma_rises(now, None)[0].startswith("RDMA rxe0/1 counters that rose since the host booted: ")
+    assert kernlog.rdma_counters("rdma: command not found\nlink\n") == {}
+
+
+def test_an_account_shows_the_rdma_rises_after_the_lines_and_never_judges_them() -> None:
+    since = unix("2026-12-02T23:32:14+00:00")
+    worse = RDMA.replace("retry_exceeded_err 0", "retry_exceeded_err 1", 1)
+    host = ScriptedHost("vstor", lambda argv: f"{DMESG}\n{kernlog.RDMA_MARK}\n{worse}")
+    found = kernlog.account({"vstor": host}, since, counters_before={"vstor": kernlog.rdma_counters(RDMA)})
+    assert found.counters["vstor"]["rxe0/1"]["retry_exceeded_err"] == 1
+    shown = found.to_dict()["vstor"]
+    assert shown[-1] == "RDMA rxe0/1 counters that rose since the previous case's reading: retry_exceeded_err +1"
+    assert shown[-2] == "23:32:14.728 nvme nvme2: failed to connect socket: -111"
+    assert all("RDMA" not in line for lines in found.trouble().values() for line in lines)
+    text = kernlog.sections_of(found, ["vstor"])[0][1]
+    assert text.endswith("retry_exceeded_err +1")
+    # A host with no new lines but a rise still says it.
+    quiet = kernlog.account(
+        {"vstor": ScriptedHost("vstor", lambda argv: f"\n{kernlog.RDMA_MARK}\n{worse}")},
+        since,
+        counters_before={"vstor": kernlog.rdma_counters(RDMA)},
+    )
+    assert quiet.to_dict() == {"vstor": [shown[-1]]}
+
+
+def test_a_long_story_shows_its_beginning_and_its_end() -> None:
+    lines = [f"18:04:{i:02d}.000 nvme nvme0: I/O {i} QID 1 timeout" for i in range(50)]
+    found = kernlog.Account(lines={"vnode2": ["18:03:40.000 clocksource: Long readout interval", *lines]})
+    shown = found.shown("vnode2")
+    assert len(shown) == kernlog.MOST_LINES + 1
+    assert shown[0] == "18:03:40.000 clocksource: Long readout interval"
+    assert shown[kernlog.FIRST_LINES] == "... 21 lines not shown ..."
+    assert shown[-1] == lines[-1] and shown[-20] == lines[-20]
+    short = kernlog.Account(lines={"vnode2": lines[:30]})
+    assert short.shown("vnode2") == lines[:30]
+
+
+def test_a_starved_guests_clocksource_note_is_shown_and_is_no_trouble() -> None:
+    # The line Linux 6.1's clocksource watchdog (kernel/time/clocksource.c) logs when reading the clocks took too
+    # long: the guest's vCPU did not run meanwhile (vnode1, the gate of b410f9f, before an nvme-rdma I/O was lost).
+    note = "clocksource: Long readout interval, skipping watchdog check: cs_nsec: 2828862444 wd_nsec: 2828862170"
+    dmesg = f"2026-12-02T23:32:20,000001+00:00 {note}\n"
+    lines = kernlog.storage_lines(dmesg, unix("2026-12-02T23:32:14+00:00"))
+    assert lines == [f"23:32:20.000 {note}"]
+    assert kernlog.Account(lines={"vnode1": lines}).trouble() == {}
