@@ -112,12 +112,16 @@ done
 """
 
 # argv: pid, state file. STARTED when process $1 started at or after the state file was last written (so after the
-# "daemon: starting" marker that precedes our start of iscsi-scstd), else EARLIER.
+# "daemon: starting" marker that precedes our start of iscsi-scstd), else EARLIER. The clock is read before the
+# process's age: however long the host keeps the script waiting in between, the start it works out is never later
+# than the true one, so a wait can only make another's daemon look older, never ours (it once read the clock after,
+# and a host slow by 4 s between the two made a daemon started before the marker look started after it).
 STARTED_SCRIPT = r"""
+n=$(date +%s)
 e=$(ps -o etimes= -p "$1" 2>/dev/null | tr -d ' ')
 m=$(stat -c %Y "$2" 2>/dev/null)
 [ -n "$e" ] && [ -n "$m" ] || { echo EARLIER; exit 0; }
-[ $(( $(date +%s) - e )) -ge $(( m - 1 )) ] && echo STARTED || echo EARLIER
+[ $(( n - e )) -ge $(( m - 1 )) ] && echo STARTED || echo EARLIER
 """
 
 # Whether the iscsi-scstd of pid $1 holds /dev/isert_scst open: it opens it at start, when isert_scst is loaded.

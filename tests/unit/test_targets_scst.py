@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import time
 from functools import partial
@@ -688,6 +689,31 @@ def test_the_started_script_compares_a_process_start_with_the_markers_time(tmp_p
         os.utime(marker, (time.time() + 5, time.time() + 5))
         assert run(["dash", "-c", STARTED_SCRIPT, "sh", str(child.pid), str(marker)]).stdout == "EARLIER\n"
         assert run(["dash", "-c", STARTED_SCRIPT, "sh", "999999999", str(marker)]).stdout == "EARLIER\n"
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_host_slow_between_the_clock_and_the_process_age_never_makes_an_older_daemon_look_started(
+    tmp_path: Path,
+) -> None:
+    """The flake this replaces: with the clock read after ``ps``, a host that kept the script waiting 4 s between
+    the two (these tests at nice 19 beside the virtual lab) made a process older than the marker look started
+    after it. A ``ps`` that answers and then waits 6 s stands for that host."""
+    real_ps = shutil.which("ps")
+    assert real_ps is not None
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ps").write_text(f'#!/bin/sh\n"{real_ps}" "$@"\nrc=$?\nsleep 6\nexit $rc\n')
+    (bin_dir / "ps").chmod(0o755)
+    marker = tmp_path / "state.json"
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        marker.write_text("{}")  # written after the child started, by 5 s on the marker's clock
+        os.utime(marker, (time.time() + 5, time.time() + 5))
+        env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+        argv = ["dash", "-c", STARTED_SCRIPT, "sh", str(child.pid), str(marker)]
+        assert subprocess.run(argv, capture_output=True, text=True, check=True, env=env).stdout == "EARLIER\n"
     finally:
         child.kill()
         child.wait()
