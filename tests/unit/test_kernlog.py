@@ -243,8 +243,9 @@ def test_a_long_story_shows_its_beginning_and_its_end() -> None:
 
 
 def test_a_starved_guests_clocksource_note_is_shown_and_is_no_trouble() -> None:
-    # The line Linux 6.1's clocksource watchdog (kernel/time/clocksource.c) logs when reading the clocks took too
-    # long: the guest's vCPU did not run meanwhile (vnode1, the gate of b410f9f, before an nvme-rdma I/O was lost).
+    # The shape of the line Linux 6.1's clocksource watchdog (kernel/time/clocksource.c) logs when reading the clocks
+    # took too long, the guest's vCPU not running meanwhile: cs_nsec as vnode1 logged it in the gate of b410f9f
+    # before an nvme-rdma I/O was lost (scripts/vlab-ci.sh); the rest of that line was not kept, wd_nsec is made up.
     note = "clocksource: Long readout interval, skipping watchdog check: cs_nsec: 2828862444 wd_nsec: 2828862170"
     dmesg = f"2026-12-02T23:32:20,000001+00:00 {note}\n"
     lines = kernlog.storage_lines(dmesg, unix("2026-12-02T23:32:14+00:00"))
