@@ -15,7 +15,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from functools import partial
 
@@ -85,6 +85,19 @@ class Fabric:
         self._target_model = lab.target_for(protocol, export.target)
         """The lab's target this fabric serves (connect_fabric sets the one it provisioned)."""
         self._live_what = f"{protocol} fabric of target {self.target}"
+        self._app_log: Callable[[], tuple[str, str] | None] | None = None
+        """The target driver's reader of its own app's log (``app_log``), for a target kind that has one."""
+
+    def target_log(self) -> tuple[str, str] | None:
+        """``(title, text)``: the newest lines of the log of the target app this plugin started for the fabric
+        (SPDK's nvmf_tgt), shown with a failed case; None for a kernel target, an app it attached to, or a log that
+        cannot be read. Never raises."""
+        if self._app_log is None:
+            return None
+        try:
+            return self._app_log()
+        except Exception:  # a diagnostic: never the reason a report fails
+            return None
 
     def __repr__(self) -> str:
         return f"Fabric({self.protocol}, {self.target}, {len(self.devices)} devices on {sorted(self.discovered)})"
@@ -256,6 +269,7 @@ def connect_fabric(lab: LabModel, protocol: str, hosts: Mapping[str, Host], *, t
     )
     fabric._initiator_stacks = stacks
     fabric._target_model = model
+    fabric._app_log = getattr(driver, "app_log", None)
     fabric.queues = read_queues(
         [hosts[name] for name in initiators],
         hosts[model.host] if model.host else None,

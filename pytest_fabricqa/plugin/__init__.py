@@ -529,7 +529,8 @@ def pytest_runtest_makereport(
     """A user mistake met while running a case (``UserError``: a lab that cannot be attached, missing
     credentials) is reported as its one line, not a traceback; the session then exits as a usage error. Any other
     failure of a case that uses the lab carries each host's storage kernel messages since it began
-    (:mod:`pytest_fabricqa.fabric.kernlog`), shown with the failure and in the HTML report."""
+    (:mod:`pytest_fabricqa.fabric.kernlog`), and a failed case on a target app the plugin started (SPDK's nvmf_tgt)
+    that app's newest log lines, shown with the failure and in the HTML report."""
     report = yield
     excinfo = call.excinfo
     if excinfo is not None and isinstance(excinfo.value, UserError) and _lab(item.config) is not None:
@@ -548,6 +549,10 @@ def pytest_runtest_makereport(
         if found is None:
             found = kernlog.account(hosts, call.start)
         report.sections.extend(kernlog.sections_of(found, list(hosts)))
+        # A userspace target the plugin started (SPDK) logs what the kernels cannot see: its own app log.
+        reader = getattr(getattr(item, "funcargs", {}).get("fabric"), "target_log", None)
+        if call.when == "call" and reader is not None and (app_log := reader()) is not None:
+            report.sections.append(app_log)
     return report
 
 

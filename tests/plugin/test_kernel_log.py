@@ -250,3 +250,58 @@ def test_under_xdist_a_fault_case_never_runs_beside_another_workers_case_and_its
         result.assert_outcomes(passed=2)
     else:
         result.assert_outcomes(passed=1, failed=1)
+
+
+APP_LOG = """
+import pytest
+
+
+class _Fabric:
+    def __init__(self, text):
+        self.text = text
+
+    def target_log(self):
+        return None if self.text is None else ("nvmf_tgt log on stor (/run/fabricqa/x.log, its newest 20 lines)", self.text)
+
+
+@pytest.fixture
+def fabric(request):
+    return _Fabric(request.param)
+
+
+@pytest.mark.parametrize("fabric", ["[2026-12-07 18:04:10.000001] ctrlr.c: keep alive timeout"], indirect=True)
+def test_fails_on_spdk(lab_hosts, fabric):
+    assert False, "the point stalled"
+
+
+@pytest.mark.parametrize("fabric", [None], indirect=True)
+def test_fails_on_a_kernel_target(lab_hosts, fabric):
+    assert False, "the point stalled too"
+
+
+@pytest.mark.parametrize("fabric", ["[2026-12-07 18:04:11.000001] never shown: the case passed"], indirect=True)
+def test_passes_on_spdk(lab_hosts, fabric):
+    pass
+"""
+
+
+def test_a_failed_case_on_a_target_app_the_plugin_started_shows_the_apps_log(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fabric's ``target_log`` (SPDK's nvmf_tgt log, :meth:`pytest_fabricqa.fabric.provision.Fabric.target_log`)
+    is shown as a section of a failed case, after the kernel logs; a fabric without one and a passed case show none."""
+    bin_dir = pytester.path / "bin"
+    bin_dir.mkdir()
+    dmesg = bin_dir / "dmesg"
+    dmesg.write_text(DMESG)
+    dmesg.chmod(dmesg.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    (pytester.path / "lab.yaml").write_text(LAB)
+    pytester.makepyfile(test_cases=APP_LOG)
+    result = pytester.runpytest_subprocess("--lab=lab.yaml", "-p", "no:cacheprovider", "--report-dir=r")
+    result.assert_outcomes(passed=1, failed=2)
+    out = result.stdout.str()
+    assert out.count("nvmf_tgt log on stor (/run/fabricqa/x.log, its newest 20 lines)") == 1, out
+    assert "ctrlr.c: keep alive timeout" in out and "never shown" not in out
+    section = out.index("nvmf_tgt log on stor")
+    assert out.rindex("kernel log", 0, section) < section  # after the kernel logs of the same case

@@ -320,3 +320,26 @@ def test_a_portal_probe_that_fails_because_the_initiator_is_gone_says_so(
     with pytest.raises(ProvisionError, match=expected):
         connect_one(lab, lab.targets[0], export, host, UndoStack())  # type: ignore[arg-type]
     assert host.commands[0][0] == "ping" and host.commands[1] == ("true",)
+
+
+def test_a_fabric_shows_its_target_apps_log_and_a_reader_that_fails_shows_nothing() -> None:
+    """What a failed case shows of the target app the plugin started (SPDK's nvmf_tgt): the driver's ``app_log``,
+    kept by the fabric; a kernel target has none, and a reader that raises is a diagnostic lost, not an error."""
+    from pytest_fabricqa.core.export import Export, ExportedUnit
+    from pytest_fabricqa.fabric import provision
+
+    lab = load_lab(LABS / "vlab.yaml")
+    hosts = {name: ScriptedHost(name) for name in lab.hosts}
+    export = Export(
+        "nvme-tcp", "tcp", "10.10.10.19", 4420, (ExportedUnit("nqn.x", 1, "ram0", "/dev/ram0", True, False),), "vstor"
+    )
+    fabric = provision.Fabric(lab, "nvme-tcp", export, UndoStack(), "vstor", [], {}, 0.0, [], hosts)
+    assert fabric.target_log() is None
+    fabric._app_log = lambda: ("nvmf_tgt log on vstor", "[2026-12-07 18:16:09.534518] reactor.c: started")
+    assert fabric.target_log() == ("nvmf_tgt log on vstor", "[2026-12-07 18:16:09.534518] reactor.c: started")
+
+    def unreadable() -> tuple[str, str] | None:
+        raise TimeoutError("vstor did not answer in 60 s")
+
+    fabric._app_log = unreadable
+    assert fabric.target_log() is None

@@ -709,3 +709,30 @@ def test_with_paths_all_every_subsystem_listens_on_every_storage_port_of_the_hos
     assert export.addresses == ("10.10.10.19", "10.10.20.19")
     for nqn in (NQN, NQN2):
         assert [a["traddr"] for a in host.subsystems[nqn]["listen_addresses"]] == ["10.10.10.19", "10.10.20.19"]
+
+
+# The newest lines of nvmf_tgt's log on vstor as SPDK 23.01 wrote them (2026-12-07 18:16, the virtual lab, an
+# nvme-rdma fabric just made).
+NVMF_TGT_LOG = """\
+[2026-12-07 18:16:09.534518] reactor.c: 926:reactor_run: *NOTICE*: Reactor started on core 0
+[2026-12-07 18:16:13.740464] rdma.c:2855:nvmf_rdma_listen: *NOTICE*: *** NVMe/RDMA Target Listening on 10.10.10.19 port 4420 ***
+"""
+
+
+def test_a_failed_case_is_shown_the_newest_lines_of_the_nvmf_tgt_log_the_plugin_started() -> None:
+    lab = make_lab()
+    asked: list[tuple[str, ...]] = []
+
+    def script(argv: tuple[str, ...]) -> str:
+        asked.append(argv)
+        return NVMF_TGT_LOG
+
+    target = load_target(lab, lab.targets[0], {"vstor": ScriptedHost("vstor", script)})
+    assert isinstance(target, SpdkTarget)
+    assert target.app_log() == (
+        f"nvmf_tgt log on vstor ({target.log}, its newest 20 lines)",
+        NVMF_TGT_LOG.rstrip(),
+    )
+    assert asked[-1][-2:] == (target.log, "20")
+    quiet = load_target(lab, lab.targets[0], {"vstor": ScriptedHost("vstor", lambda argv: "")})
+    assert isinstance(quiet, SpdkTarget) and quiet.app_log() is None

@@ -100,6 +100,10 @@ class Owned:
     alone: list[str] = field(default_factory=list)
 
 
+APP_LOG_LINES = 20
+"""How many of nvmf_tgt's newest log lines a failed case on SPDK shows."""
+
+
 class SpdkTarget(ConfigfsTarget):
     """SPDK's NVMe-oF target (``nvmf_tgt``) on a lab host, driven through its JSON-RPC socket.
 
@@ -129,6 +133,17 @@ class SpdkTarget(ConfigfsTarget):
         self._files: set[str] = set()  # backing paths that are regular files, not block devices
 
     # -- the host and its app ---------------------------------------------------------------------------------
+    def app_log(self) -> tuple[str, str] | None:
+        """``(title, text)``: the newest :data:`APP_LOG_LINES` lines of the log of the nvmf_tgt this plugin started
+        (an app it attached to logs elsewhere: None), for a failed case: a qpair SPDK dropped, a keep-alive it timed
+        out, a CQ error, each stamped with the target's clock. None when there is no such log or it is empty."""
+        out = self.host.run(
+            ["sh", "-c", '[ ! -r "$1" ] || tail -n "$2" "$1"', "sh", self.log, str(APP_LOG_LINES)], check=False
+        ).stdout.rstrip()
+        if not out:
+            return None
+        return f"nvmf_tgt log on {self.host.name} ({self.log}, its newest {APP_LOG_LINES} lines)", out
+
     def facts(self) -> app.SpdkHost:
         """What the target host has (nvmf_tgt, rpc.py, python3, the socket, hugepages); probed once."""
         if self._facts is None:
