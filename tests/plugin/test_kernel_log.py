@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-from pathlib import Path
 
 import pytest
 from labfiles import local_lab
@@ -40,15 +39,7 @@ def test_fails_without_the_lab():
 def test_a_failed_case_that_reached_the_lab_shows_each_hosts_storage_lines(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bin_dir = pytester.path / "bin"
-    bin_dir.mkdir()
-    dmesg = bin_dir / "dmesg"
-    dmesg.write_text(DMESG)
-    dmesg.chmod(dmesg.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    (pytester.path / "lab.yaml").write_text(LAB)
-    pytester.makepyfile(test_cases=TESTS)
-    result = pytester.runpytest_subprocess("--lab=lab.yaml", "-p", "no:cacheprovider", f"--report-dir={Path('r')}")
+    result = _watched_run(pytester, monkeypatch, LAB, TESTS)
     result.assert_outcomes(passed=1, failed=2)
     out = result.stdout.str()
     sections = [line for line in out.splitlines() if "kernel log" in line]
@@ -98,7 +89,10 @@ echo "link rxe0/1 sent_pkts 10 duplicate_request $(wc -l < "$(dirname "$0")/rdma
 """
 
 
-def _watched_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, lab: str) -> pytest.RunResult:
+def _watched_run(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, lab: str, tests: str = WATCHED
+) -> pytest.RunResult:
+    """``tests`` run by pytester on ``lab``, a fake ``dmesg`` and ``rdma`` first on PATH."""
     bin_dir = pytester.path / "bin"
     bin_dir.mkdir()
     for name, text in (("dmesg", DMESG), ("rdma", RDMA)):
@@ -107,7 +101,7 @@ def _watched_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, lab
         tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     (pytester.path / "lab.yaml").write_text(lab)
-    pytester.makepyfile(test_cases=WATCHED)
+    pytester.makepyfile(test_cases=tests)
     return pytester.runpytest_subprocess("--lab=lab.yaml", "-p", "no:cacheprovider", "--report-dir=r")
 
 
@@ -290,15 +284,7 @@ def test_a_failed_case_on_a_target_app_the_plugin_started_shows_the_apps_log(
 ) -> None:
     """The fabric's ``target_log`` (SPDK's nvmf_tgt log, :meth:`pytest_fabricqa.fabric.provision.Fabric.target_log`)
     is shown as a section of a failed case, after the kernel logs; a fabric without one and a passed case show none."""
-    bin_dir = pytester.path / "bin"
-    bin_dir.mkdir()
-    dmesg = bin_dir / "dmesg"
-    dmesg.write_text(DMESG)
-    dmesg.chmod(dmesg.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    (pytester.path / "lab.yaml").write_text(LAB)
-    pytester.makepyfile(test_cases=APP_LOG)
-    result = pytester.runpytest_subprocess("--lab=lab.yaml", "-p", "no:cacheprovider", "--report-dir=r")
+    result = _watched_run(pytester, monkeypatch, LAB, APP_LOG)
     result.assert_outcomes(passed=1, failed=2)
     out = result.stdout.str()
     assert out.count("nvmf_tgt log on stor (/run/fabricqa/x.log, its newest 20 lines)") == 1, out
