@@ -134,26 +134,18 @@ def storage_lines(text: str, since_s: float, *, most: int | None = MOST_LINES) -
 
 def read_storage_lines(host: Host, since_s: float, *, most: int | None = MOST_LINES) -> list[str]:
     """One host's storage lines since ``since_s`` (the runner's Unix time); raises what the transport raises."""
-    entries, _, _ = read_entries(host, since_s)
+    entries, _, _, _ = read_host(host, since_s)
     lines = [line for _, line in entries]
     return lines if most is None else lines[-most:]
-
-
-def read_entries(
-    host: Host, since_s: float, after_s: float | None = None
-) -> tuple[list[tuple[float, str]], float, float | None]:
-    """One host's storage entries since ``since_s`` (the runner's Unix time, moved onto the host's clock by the
-    clock reading that comes with the log) and after ``after_s`` (the host's clock: see :func:`storage_entries`),
-    that offset (host clock minus the runner's), and the time of the newest line read (any line); raises what the
-    transport raises."""
-    entries, offset, newest, _ = read_host(host, since_s, after_s)
-    return entries, offset, newest
 
 
 def read_host(
     host: Host, since_s: float, after_s: float | None = None
 ) -> tuple[list[tuple[float, str]], float, float | None, dict[str, dict[str, int]]]:
-    """:func:`read_entries`' three, and the host's RDMA link counters (:func:`rdma_counters`) read with them."""
+    """One host's storage entries since ``since_s`` (the runner's Unix time, moved onto the host's clock by the
+    clock reading that comes with the log) and after ``after_s`` (the host's clock: see :func:`storage_entries`),
+    that offset (host clock minus the runner's), the time of the newest line read (any line), and the host's RDMA
+    link counters read in the same command (:func:`rdma_counters`); raises what the transport raises."""
     result = host.run(["sh", "-c", KERNEL_LOG], check=False, timeout=READ_TIMEOUT_S)
     returned = time.time()
     text, _, counters = result.stdout.partition(f"\n{RDMA_MARK}\n")
@@ -250,7 +242,8 @@ class Account:
     def to_dict(self) -> dict[str, list[str]]:
         """For ``case.extras["kernel_log"]``: what is shown of each host (:meth:`shown`), or why it was not read;
         hosts with nothing to say left out."""
-        out = {host: self.shown(host) for host in [*self.lines, *self.notes] if self.shown(host)}
+        shown = {host: self.shown(host) for host in {**self.lines, **self.notes}}
+        out = {host: lines for host, lines in shown.items() if lines}
         out.update({host: [f"not read: {why}"] for host, why in self.unread.items()})
         return out
 

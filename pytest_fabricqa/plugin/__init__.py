@@ -529,8 +529,9 @@ def pytest_runtest_makereport(
     """A user mistake met while running a case (``UserError``: a lab that cannot be attached, missing
     credentials) is reported as its one line, not a traceback; the session then exits as a usage error. Any other
     failure of a case that uses the lab carries each host's storage kernel messages since it began
-    (:mod:`pytest_fabricqa.fabric.kernlog`), and a failed case on a target app the plugin started (SPDK's nvmf_tgt)
-    that app's newest log lines, shown with the failure and in the HTML report."""
+    (:mod:`pytest_fabricqa.fabric.kernlog`), shown with the failure and in the HTML report; a failed case on a
+    target app the plugin started (SPDK's nvmf_tgt) also carries that app's newest log lines, a section of the
+    failure's report (shown with it and by pytest-html), not of the case's extras."""
     report = yield
     excinfo = call.excinfo
     if excinfo is not None and isinstance(excinfo.value, UserError) and _lab(item.config) is not None:
