@@ -1,7 +1,8 @@
 """A killed run's faults: every record of a fault not restored yet, listed for the leftovers gate
 (:func:`leftover_faults`) and restored from its record at the next start (:func:`restore_stale`, run by
 :func:`pytest_fabricqa.fabric.provision.cleanup_stale`). :data:`REGISTRY` knows every kind of record: the faults of
-:mod:`~pytest_fabricqa.faults.inject` and of :mod:`~pytest_fabricqa.faults.restart`."""
+:mod:`~pytest_fabricqa.faults.inject` and of :mod:`~pytest_fabricqa.faults.restart`, and the access check's tries of
+:mod:`~pytest_fabricqa.faults.identity`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pytest_fabricqa.core.commands import command_tail
-from pytest_fabricqa.faults import restart
+from pytest_fabricqa.faults import identity, restart
 from pytest_fabricqa.faults.inject import (
     AnaStateChange,
     FaultError,
@@ -44,6 +45,7 @@ REGISTRY: dict[str, Callable[[LabModel, Host, str, Mapping[str, Any]], _Recorded
     SpdkAnaChange.kind: SpdkAnaChange.from_record,
     PathTimeouts.kind: PathTimeouts.from_record,
     SessionRelogin.kind: SessionRelogin.from_record,
+    identity.UnlistedIdentity.kind: identity.UnlistedIdentity.from_record,
     restart.LioTargetOff.kind: restart.LioTargetOff.from_record,
     restart.ScstTargetOff.kind: restart.ScstTargetOff.from_record,
     restart.TgtTargetOff.kind: restart.TgtTargetOff.from_record,
