@@ -4,8 +4,8 @@ Discovery shows what the lab exports; each initiator is connected; each device h
 size of its backing device on the target; each reaches every unit over every path the target serves on; each unit
 has one WWID on every initiator and no two share one (what
 multipath groups paths by); the path timeouts and native multipath are what the lab's ``multipath`` section
-expects (and recorded whatever it expects); a short read-only fio pass succeeds on every device; and after
-teardown no controller, session or target object of ours is left. Parametrized by protocol (ids are the
+expects (and recorded whatever it expects); a short read-only fio pass succeeds on every device; an identity no
+access list of the lab names is refused by the target (issue 31's access check); and after teardown no controller, session or target object of ours is left. Parametrized by protocol (ids are the
 protocol names); the ``fabric`` fixture is connected once per protocol for the whole session.
 """
 
@@ -16,13 +16,15 @@ from typing import Any
 import pytest
 
 from pytest_fabricqa.core.protocols import protocol as protocol_spec
+from pytest_fabricqa.core.undo import UndoStack
 from pytest_fabricqa.fabric.provision import Fabric, FabricDevice, leftovers
+from pytest_fabricqa.faults import identity
 from pytest_fabricqa.fio.parse import FioOutputError, parse_fio_output
 from pytest_fabricqa.initiators import dm, iscsi, nvme
 from pytest_fabricqa.initiators.connect import path_problems
 from pytest_fabricqa.initiators.paths import path_settings_case, path_settings_problems, read_everywhere
 from pytest_fabricqa.initiators.wwid import read_wwids, wwid_problems
-from pytest_fabricqa.lab.model import LabModel
+from pytest_fabricqa.lab.model import LabModel, TargetModel
 from pytest_fabricqa.transport.base import Host
 from pytest_fabricqa.transport.fanout import each
 
@@ -151,6 +153,35 @@ def test_read_only_fio_pass_on_every_device(fabric: Fabric, initiators: list[Hos
     """A 16 MiB read-only fio pass (direct I/O, libaio) on every device of every initiator, all at once."""
     results = each(initiators, lambda host: _read_pass(host, fabric.devices_on(host.name)), check=False)
     problems = [p for r in results.values() for p in (r if isinstance(r, list) else [f"{r}"])]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.fabricqa_kernel_expects(*identity.REFUSAL_LINES)
+def test_an_initiator_no_access_list_names_is_refused(
+    fabric: Fabric, lab: LabModel, lab_target: TargetModel, protocol: str, initiators: list[Host]
+) -> None:
+    """Access control: the first initiator presents an identity no access list of the lab names -- a made-up host
+    NQN (a connect written to ``/dev/nvme-fabrics``) or initiator name (a login through an iface record of its own) -- to the
+    fabric's first subsystem or target at its first portal. The target must refuse it for that reason (NVMe: the
+    initiator's kernel logs the connect as not allowed; iSCSI: the login fails as not authorized), and the try leaves
+    nothing behind: a controller or session it made is removed, the iface record deleted (also by the next run's
+    start when this one is killed: :mod:`pytest_fabricqa.faults.identity`). A target that admits the identity fails
+    the case, naming it."""
+    family = protocol_spec(protocol).family
+    host = next((h for h in initiators if fabric.devices_on(h.name)), None)
+    if host is None:
+        pytest.skip(f"{protocol}-{fabric.target}: no initiator is connected to try an identity from")
+    made_up, host_id = identity.made_up_identity(family)
+    subsystem = fabric.export.subsystems[0]
+    tried = identity.UnlistedIdentity(lab, host, lab_target.name_prefix, fabric.export, family, subsystem, made_up,
+                                      host_id)  # fmt: skip
+    undo = UndoStack()
+    try:
+        tried.arm(undo)
+        tried.fire()
+    finally:
+        failed_undo = undo.unwind()
+    problems = identity.attempt_problems(f"{lab_target.kind} ({fabric.target})", tried) + failed_undo
     assert not problems, "\n".join(problems)
 
 

@@ -147,13 +147,13 @@ CASES = {
         r"targets\[0\]\.devices\.nvme0\.path: /dev/ram0 is already device 'ram0' of this target",
     ),
     "namespace-twice": (
-        _swap(VLAB, "namespaces: [ram0]}", "namespaces: [ram0, ram0]}"),
+        _swap(VLAB, "namespaces: [ram0], allow_any_host", "namespaces: [ram0, ram0], allow_any_host"),
         r"targets\[0\]\.nvme\.subsystems\[0\]\.namespaces\[1\]: device 'ram0' is exported twice",
     ),
     "closed-subsystem-shuts-out-an-initiator": (
         _swap(
             VLAB,
-            '{nqn: "nqn.2026-11.io.fabricqa:vlab-ram0", namespaces: [ram0]}',
+            '{nqn: "nqn.2026-11.io.fabricqa:vlab-ram0", namespaces: [ram0], allow_any_host: false}',
             '{nqn: "nqn.2026-11.io.fabricqa:vlab-ram0", namespaces: [ram0], allow_any_host: false, '
             "allowed_hosts: [nqn.2026-11.io.fabricqa:vnode1]}",
         ),

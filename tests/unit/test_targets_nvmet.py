@@ -116,14 +116,16 @@ def test_plan_from_the_vlab_lab_serves_each_nvme_protocol_on_every_storage_addre
             ("nqn.2026-11.io.fabricqa:vlab-ram0", ["/dev/ram0"]),
             ("nqn.2026-11.io.fabricqa:vlab-nvme0", ["/dev/nvme0n1"]),
         ]
-        assert plan.hosts == ()
+        # Closed to any host (issue 31's access check): each subsystem admits the initiators' host_nqn.
+        assert plan.hosts == ("nqn.2026-11.io.fabricqa:vnode1", "nqn.2026-11.io.fabricqa:vnode2")
+        assert all(not s.allow_any_host and s.allowed_hosts == plan.hosts for s in plan.subsystems)
 
 
 def _lab_with(tmp_path: Path, **nvme: object) -> Path:
     text = (LABS / "vlab.yaml").read_text()
-    base = '        - {nqn: "nqn.2026-11.io.fabricqa:vlab-nvme0", namespaces: [nvme0]}'
-    assert base in text
-    replacement = '        - {nqn: "nqn.2026-11.io.fabricqa:vlab-nvme0", namespaces: [nvme0], allow_any_host: false}'
+    base = '        - {nqn: "nqn.2026-11.io.fabricqa:vlab-nvme0", namespaces: [nvme0], allow_any_host: false}'
+    assert base in text  # the lab as shipped closes its subsystems to any host
+    replacement = base
     if "saved_config" in nvme:
         replacement = base + f"\n      saved_config: {nvme['saved_config']}"
     path = tmp_path / "lab.yaml"
