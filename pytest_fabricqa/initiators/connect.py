@@ -251,6 +251,19 @@ def connect_iscsi(lab: LabModel, model: TargetModel, export: Export, host: Host,
                     f"cannot set {argv[-3]} of the node record of {iqn} ({command_tail(exc)})",
                     "check the value against open-iscsi's limits (iscsid.conf)",
                 ) from None
+    chap = model.iscsi.chap if model.iscsi else None
+    if chap is not None:
+        mutual = (chap.target.user, chap.target.secret.reveal()) if chap.target is not None else None
+        auth = iscsi.chap_settings(chap.initiator.user, chap.initiator.secret.reveal(), mutual)
+        for portal in portals:
+            try:
+                iscsi.set_node_settings(host, iqn, portal, iface, auth)
+            except CommandError as exc:
+                raise ProvisionError(
+                    host.name,
+                    f"cannot set CHAP in the node record of {iqn} at {portal} ({command_tail(exc)})",
+                    "check that iscsiadm runs on the initiator (open-iscsi 2.0.874 or later)",
+                ) from None
     multipath = len(portals) > 1
     known = dm.remembered(host) if multipath else set()
     conf = lab.multipath.dm_conf
@@ -279,6 +292,8 @@ def connect_iscsi(lab: LabModel, model: TargetModel, export: Export, host: Host,
                 if initiator_iqn
                 else "check the target's ACLs (demo mode?)"
             )
+            if chap is not None:
+                fix += f" and that its CHAP matches the lab's (targets[].iscsi.chap, {chap.initiator.user})"
             if export.transport == "iser":
                 fix += " and that the portal has iser=1 and both ends have an RDMA link"
             raise ProvisionError(

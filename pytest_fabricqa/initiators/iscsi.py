@@ -263,6 +263,30 @@ def wait_for_lun_paths(
         time.sleep(0.5)
 
 
+NODE_UPDATE_FROM_STDIN = 'IFS= read -r v; exec iscsiadm -m node -T "$1" -p "$2" -I "$3" -o update -n "$4" -v "$v"'
+"""argv: target IQN, portal, iface, setting; the value on stdin, so a CHAP secret is never in a command line."""
+
+
+def chap_settings(user: str, secret: str, mutual: tuple[str, str] | None = None) -> list[tuple[str, str]]:
+    """The node record's CHAP settings (open-iscsi's ``node.session.auth.*``): the initiator's name and secret the
+    target checks, and with ``mutual`` (the target's name and secret) what the initiator checks of the target."""
+    settings = [
+        ("node.session.auth.authmethod", "CHAP"),
+        ("node.session.auth.username", user),
+        ("node.session.auth.password", secret),
+    ]
+    if mutual is not None:
+        settings += [("node.session.auth.username_in", mutual[0]), ("node.session.auth.password_in", mutual[1])]
+    return settings
+
+
+def set_node_settings(host: Host, iqn: str, portal: str, iface: str, settings: list[tuple[str, str]]) -> None:
+    """Each setting written into the node record of ``iqn`` at ``portal`` through ``iface``, its value on stdin
+    (:data:`NODE_UPDATE_FROM_STDIN`); a failure raises :class:`CommandError` naming the setting, not the value."""
+    for name, value in settings:
+        host.run(["sh", "-c", NODE_UPDATE_FROM_STDIN, "sh", iqn, portal, iface, name], stdin=value + "\n")
+
+
 def node_updates(iqn: str, portal: str, iface: str, settings: Mapping[str, int | None]) -> list[list[str]]:
     """The ``iscsiadm -o update`` commands that give the node record the lab's settings before login
     (``settings`` keyed by :data:`pytest_fabricqa.fabric.queues.ISCSI_KEYS`; None leaves open-iscsi's value)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import os
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -280,6 +281,82 @@ class NvmeExport(_Model):
     connect: NvmeConnect = NvmeConnect()
 
 
+class SecretRef(_Model):
+    """Where a secret is read -- a file on the machine running pytest, readable by its owner only, or an environment
+    variable of the run -- never the secret itself: a lab file is shared, committed and shown in reports. Its
+    ``repr`` names only the place; :meth:`reveal` reads the value when the plugin needs it."""
+
+    file: str | None = None
+    env: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _never_inline(cls, value: Any) -> Any:
+        if isinstance(value, (str, int, float)):
+            raise ValueError(
+                "a secret is never written in the lab file; give {file: PATH} (a file readable by its owner only) "
+                "or {env: NAME} (an environment variable of the run)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one_place(self) -> SecretRef:
+        if (self.file is None) == (self.env is None):
+            raise ValueError("give exactly one of file: PATH or env: NAME")
+        return self
+
+    @property
+    def where(self) -> str:
+        """The place, for messages (never the value)."""
+        return f"file {self.file}" if self.file is not None else f"environment variable {self.env}"
+
+    def problem(self) -> str | None:
+        """Why the secret cannot be read, one clause with its fix; None when :meth:`reveal` will succeed."""
+        if self.env is not None:
+            value = os.environ.get(self.env)
+            return None if value else f"environment variable {self.env} is not set (or empty); export it for the run"
+        path = Path(os.path.expanduser(str(self.file)))
+        try:
+            mode = path.stat().st_mode
+            text = path.read_text()
+        except OSError as exc:
+            return f"secret file {path} cannot be read ({exc.strerror}); create it, readable by its owner only"
+        if mode & 0o077:
+            return f"secret file {path} is readable by others (mode {mode & 0o777:o}); chmod 600 {path}"
+        if not text.strip():
+            return f"secret file {path} is empty; write the secret into it"
+        return None
+
+    def reveal(self) -> str:
+        """The secret (a file's first line, or the variable's value); :class:`LabError` naming the place when it
+        cannot be read."""
+        problem = self.problem()
+        if problem is not None:
+            raise LabError(problem)
+        if self.env is not None:
+            return os.environ[self.env]
+        return Path(os.path.expanduser(str(self.file))).read_text().splitlines()[0].strip()
+
+
+class ChapCredentials(_Model):
+    """One side's CHAP name and where its secret is read."""
+
+    user: str = Field(min_length=1)
+    secret: SecretRef
+
+
+class IscsiChap(_Model):
+    """iSCSI CHAP: ``initiator`` is what the target checks of every initiator (one-way); with ``target`` the
+    initiators check the target too (mutual CHAP)."""
+
+    initiator: ChapCredentials
+    target: ChapCredentials | None = None
+
+    @property
+    def mutual(self) -> bool:
+        return self.target is not None
+
+
 class IscsiExport(_Model):
     """How a target exports iSCSI/iSER: the target IQN, its portal port and LUNs (device names, LUN 0, 1...),
     and the queue limits (open-iscsi's defaults, 32 per LUN and 128 per session, and LIO's command window of 64
@@ -290,6 +367,7 @@ class IscsiExport(_Model):
     port: int = Field(3260, ge=1, le=65535)
     luns: tuple[str, ...]
     acls: tuple[str, ...] = ()
+    chap: IscsiChap | None = None
     queue_depth: int | None = Field(None, ge=1, le=1024)
     cmds_max: int | None = Field(None, ge=2, le=2048)
     cmdsn_depth: int | None = Field(None, ge=1, le=512)

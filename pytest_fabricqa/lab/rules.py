@@ -3,7 +3,7 @@
 Every rule here guards something that would otherwise fail late -- at provisioning, at connect, or in the middle
 of a run: the same NQN or IQN twice, a protocol no initiator or no target of the right kind can run, a target on
 a host without the target role, an ACL that shuts out the lab's own initiators, a device exported twice, Oracle
-settings that name nothing. :func:`check_lab` raises :class:`~pytest_fabricqa.lab.model.LabError` with one line: the
+settings that name nothing, a CHAP secret that cannot be read or that others can read. :func:`check_lab` raises :class:`~pytest_fabricqa.lab.model.LabError` with one line: the
 file, the line, the key, what is wrong and how to fix it (plugin.py turns it into a usage error, exit 4).
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from pytest_fabricqa.core.kinds import REGISTRY, kinds_serving
-from pytest_fabricqa.lab.model import LabError, LabModel, iface_name, nqn_problem
+from pytest_fabricqa.lab.model import IscsiChap, LabError, LabModel, iface_name, nqn_problem
 
 Key = tuple[str, ...]
 
@@ -220,6 +220,29 @@ def _access_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:
                         f"initiator {host} ({shown}) is not in the ACLs of {target.iscsi.iqn} and could never log "
                         "in; add its initiator_iqn here or drop the acls list",
                     )
+
+        chap = target.iscsi.chap if target.iscsi is not None else None
+        if chap is not None:
+            yield from _chap_rules(lab, i, target.kind, chap)
+
+
+def _chap_rules(lab: LabModel, i: int, kind: str, chap: IscsiChap) -> Iterator[tuple[Key, str]]:
+    key: Key = ("targets", str(i), "iscsi", "chap")
+    if kind == "lio":
+        missing = [h for h in lab.hosts_with("initiator") if lab.hosts[h].initiator_iqn is None]
+        target = lab.targets[i]
+        if missing and not (target.iscsi is not None and target.iscsi.acls):
+            yield (
+                key,
+                (
+                    f"LIO checks CHAP per initiator ACL, and initiator {missing[0]} declares no initiator_iqn; set "
+                    f"hosts.{missing[0]}.initiator_iqn"
+                ),
+            )
+    for side in ("initiator", "target"):
+        credentials = getattr(chap, side)
+        if credentials is not None and (problem := credentials.secret.problem()) is not None:
+            yield (*key, side, "secret"), problem
 
 
 def _database_rules(lab: LabModel) -> Iterator[tuple[Key, str]]:

@@ -31,7 +31,7 @@ from typing import Any
 from pytest_fabricqa.core.export import Export, ExportedUnit, portal_name
 from pytest_fabricqa.core.protocols import protocol as protocol_spec
 from pytest_fabricqa.core.undo import ProvisionError, UndoStack
-from pytest_fabricqa.lab.model import LabModel, TargetModel, iqn_problem
+from pytest_fabricqa.lab.model import IscsiChap, LabModel, TargetModel, iqn_problem
 from pytest_fabricqa.targets import remote
 from pytest_fabricqa.targets.base import mark_number, target_index
 from pytest_fabricqa.targets.configfs import ConfigfsTarget
@@ -159,6 +159,7 @@ class LioPlan:
     iser: bool
     luns: tuple[LioLun, ...]
     acls: tuple[str, ...]  # initiator IQNs; empty means demo mode (generate_node_acls)
+    chap: IscsiChap | None = None  # where the CHAP secrets are read (never the secrets: a plan is shown in messages)
     cmdsn_depth: int | None = None  # the TPG's default_cmdsn_depth (LIO's 64 when None)
     more_addresses: tuple[str, ...] = ()  # further portals on the same port, one more path each (``paths: all``)
 
@@ -219,6 +220,7 @@ def plan_from_lab(lab: LabModel, model: TargetModel, protocol: str) -> LioPlan:
         protocol_spec(protocol).transport == "iser",
         tuple(luns),
         tuple(acls),
+        chap=model.iscsi.chap,
         cmdsn_depth=model.iscsi.cmdsn_depth,
         more_addresses=addresses[1:],
     )
@@ -470,7 +472,10 @@ class LioTarget(ConfigfsTarget):
                 "interface (`rdma link`)",
             )
         attrib = f"{tpg}/attrib"
-        self._step("cannot switch off CHAP", partial(remote.write, host, f"{attrib}/authentication", "0"))
+        chap = "1" if plan.chap is not None else "0"
+        self._step(
+            f"cannot set authentication {chap} (CHAP)", partial(remote.write, host, f"{attrib}/authentication", chap)
+        )
         if plan.cmdsn_depth is not None:
             # Before the ACLs: an explicit ACL takes its cmdsn_depth from the TPG's default when it is created.
             self._step(
@@ -489,6 +494,8 @@ class LioTarget(ConfigfsTarget):
                         f"cannot map LUN {lun.lun} for {iqn}",
                         partial(remote.link, host, f"{tpg}/lun/lun_{lun.lun}", f"{mapped}/lun_{lun.lun}"),
                     )
+                if plan.chap is not None:
+                    self._set_chap(plan.chap, f"{acl}/auth", iqn)
         else:
             # No initiator IQNs declared: demo mode, every initiator sees every LUN, writable.
             for setting, value in (
@@ -498,6 +505,23 @@ class LioTarget(ConfigfsTarget):
             ):
                 self._step(f"cannot set {setting}", partial(remote.write, host, f"{attrib}/{setting}", value))
         self._step(f"cannot enable {plan.iqn} {tpgt}", partial(remote.write, host, f"{tpg}/enable", "1"))
+
+    def _set_chap(self, chap: IscsiChap, auth: str, iqn: str) -> None:
+        """The ACL's CHAP credentials: the name and secret its initiator must give, and for mutual CHAP the target's
+        own. Secrets go through stdin (:func:`remote.write_secret`), read from where the lab says only now."""
+        sides = [("userid", "password", chap.initiator)]
+        if chap.target is not None:
+            sides.append(("userid_mutual", "password_mutual", chap.target))
+        for user_attr, secret_attr, credentials in sides:
+            self._step(
+                f"cannot set the CHAP {user_attr} of {iqn}",
+                partial(remote.write, self.host, f"{auth}/{user_attr}", credentials.user),
+            )
+            self._step(
+                f"cannot set the CHAP {secret_attr} of {iqn} (read from {credentials.secret.where})",
+                partial(remote.write_secret, self.host, f"{auth}/{secret_attr}", credentials.secret.reveal()),
+                "LIO takes secrets of up to 255 characters",
+            )
 
     # -- stale state and leftovers -------------------------------------------------------------------------
     def _ours(self, snap: LioSnapshot) -> tuple[list[str], list[str], list[str], bool]:

@@ -27,6 +27,16 @@ def write(host: Host, path: str, value: str) -> None:
     host.run(["sh", "-c", _WRITE, "sh", value, path])
 
 
+SECRET_WRITE = 'cat > "$1"'
+"""argv: the attribute. The value comes on stdin, so a secret is never in a command line: not in the host's process
+list, not in a failed command's message (which names the command and its arguments)."""
+
+
+def write_secret(host: Host, path: str, value: str) -> None:
+    """Write a secret into the configfs attribute ``path`` through stdin (:data:`SECRET_WRITE`)."""
+    host.run(["sh", "-c", SECRET_WRITE, "sh", path], stdin=value)
+
+
 def mkdir(host: Host, path: str) -> None:
     """Create one configfs object (a directory)."""
     host.run(["mkdir", path])

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pytest_fabricqa.core.export import Export, ExportedUnit, portal_name
 from pytest_fabricqa.core.protocols import protocol as protocol_spec
 from pytest_fabricqa.core.undo import ProvisionError
-from pytest_fabricqa.lab.model import LabModel, TargetModel, iqn_problem
+from pytest_fabricqa.lab.model import IscsiChap, LabModel, TargetModel, iqn_problem
 from pytest_fabricqa.targets.base import target_index
 from pytest_fabricqa.transport.base import Host
 
@@ -54,6 +54,7 @@ class ScsiPlan:
     iser: bool
     luns: tuple[ScsiLun, ...]
     acls: tuple[str, ...]  # initiator IQNs; empty means every initiator
+    chap: IscsiChap | None = None  # where the CHAP secrets are read (never the secrets: a plan is shown in messages)
     more_addresses: tuple[str, ...] = ()  # further portals on the same port, one more path each (``paths: all``)
 
     @property
@@ -122,6 +123,7 @@ def plan_from_lab(lab: LabModel, model: TargetModel, protocol: str, first_lun: i
         protocol_spec(protocol).transport == "iser",
         tuple(luns),
         tuple(acls),
+        chap=model.iscsi.chap,
         more_addresses=addresses[1:],
     )
 

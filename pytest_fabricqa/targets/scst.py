@@ -95,18 +95,24 @@ MGMT_WAIT_S = 300  # how long a queued command is waited for
 # "last_sysfs_mgmt_res"). The write goes through coreutils' printf (``env printf``): dash's builtin reports every
 # failed write as "I/O error", coreutils' prints strerror, "Resource temporarily unavailable" for EAGAIN
 # (tests/data/scst/README.md has both, recorded). A queued command is waited for, so what it makes is ours.
+# A command carrying a secret (CHAP's IncomingUser) is "-": it comes on stdin, goes through cat (coreutils' too,
+# same messages) and is named in messages by $5, never shown.
 MGMT_SCRIPT = r"""
-if out=$(env printf %s "$1" 2>&1 > "$2"); then exit 0; fi
+label=${5:-$1}
+if [ "$1" = - ]; then
+  IFS= read -r cmd
+  if out=$(printf %s "$cmd" | cat 2>&1 > "$2"); then exit 0; fi
+elif out=$(env printf %s "$1" 2>&1 > "$2"); then exit 0; fi
 case "$out" in *"temporarily unavailable"*) ;; *) printf '%s\n' "$out" >&2; exit 1;; esac
 i=0
 while :; do
   if res=$(cat "$3" 2>&1); then
     [ "$res" = 0 ] && exit 0
-    printf 'SCST answered %s to "%s"\n' "$res" "$1" >&2; exit 1
+    printf 'SCST answered %s to "%s"\n' "$res" "$label" >&2; exit 1
   fi
   case "$res" in *"temporarily unavailable"*) ;; *) printf '%s\n' "$res" >&2; exit 1;; esac
   i=$((i+1))
-  [ "$i" -lt "$4" ] || { printf 'SCST still busy with "%s" after %s s\n' "$1" "$4" >&2; exit 1; }
+  [ "$i" -lt "$4" ] || { printf 'SCST still busy with "%s" after %s s\n' "$label" "$4" >&2; exit 1; }
   sleep 1
 done
 """
@@ -194,9 +200,15 @@ def parse_snapshot(text: str) -> ScstSnapshot:
     return snap
 
 
-def mgmt(host: Host, path: str, command: str) -> None:
-    """Send one SCST management command (or attribute value) to ``path``, waiting out SCST's EAGAIN."""
-    host.run(["sh", "-c", MGMT_SCRIPT, "sh", command, path, MGMT_RESULT, str(MGMT_WAIT_S)])
+def mgmt(host: Host, path: str, command: str, *, secret: str | None = None) -> None:
+    """Send one SCST management command (or attribute value) to ``path``, waiting out SCST's EAGAIN. With
+    ``secret``, ``command`` is what messages show and the command itself, ``command`` with ``<secret>`` replaced by
+    the secret, goes on stdin (never in a command line)."""
+    if secret is None:
+        host.run(["sh", "-c", MGMT_SCRIPT, "sh", command, path, MGMT_RESULT, str(MGMT_WAIT_S)])
+        return
+    argv = ["sh", "-c", MGMT_SCRIPT, "sh", "-", path, MGMT_RESULT, str(MGMT_WAIT_S), command]
+    host.run(argv, stdin=command.replace("<secret>", secret) + "\n")
 
 
 class ScstTarget(ConfigfsTarget):
@@ -229,9 +241,9 @@ class ScstTarget(ConfigfsTarget):
         nv_cache = own.nv_cache if own is not None and own.nv_cache is not None else self.settings.nv_cache
         return handler, nv_cache
 
-    def _mgmt(self, what: str, path: str, command: str, fix: str = "") -> None:
+    def _mgmt(self, what: str, path: str, command: str, fix: str = "", *, secret: str | None = None) -> None:
         try:
-            mgmt(self.host, path, command)
+            mgmt(self.host, path, command, secret=secret)
         except CommandError as exc:
             raise self._fail(
                 f"{what} ({command_tail(exc)})", fix or "see the target's dmesg for SCST's reason"
@@ -392,6 +404,21 @@ class ScstTarget(ConfigfsTarget):
                 f"{ISCSI}/mgmt",
                 f"add_target_attribute {plan.iqn} allowed_portal {address}",
             )
+        if plan.chap is not None:
+            # iscsi-scstd checks IncomingUser at each login to the target; OutgoingUser is what it answers with
+            # for mutual CHAP (iscsi-scst/README, "IncomingUser", "OutgoingUser").
+            sides = [("IncomingUser", plan.chap.initiator)]
+            if plan.chap.target is not None:
+                sides.append(("OutgoingUser", plan.chap.target))
+            for attribute, credentials in sides:
+                self._mgmt(
+                    f"cannot set CHAP's {attribute} {credentials.user} on {plan.iqn} (its secret read from "
+                    f"{credentials.secret.where})",
+                    f"{ISCSI}/mgmt",
+                    f"add_target_attribute {plan.iqn} {attribute} {credentials.user} <secret>",
+                    "iscsi-scstd takes secrets of 12 to 16 characters for Windows initiators, up to 255 otherwise",
+                    secret=credentials.secret.reveal(),
+                )
         if plan.acls:
             group = f"{target}/ini_groups/{self.model.name_prefix}"
             self._mgmt(

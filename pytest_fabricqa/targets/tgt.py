@@ -29,7 +29,7 @@ from pytest_fabricqa.core.commands import command_tail
 from pytest_fabricqa.core.export import Export
 from pytest_fabricqa.core.kinds import REGISTRY
 from pytest_fabricqa.core.undo import ProvisionError, UndoStack
-from pytest_fabricqa.lab.model import LabModel, TargetModel, TgtSettings
+from pytest_fabricqa.lab.model import ChapCredentials, IscsiChap, LabModel, TargetModel, TgtSettings
 from pytest_fabricqa.targets import remote
 from pytest_fabricqa.targets.base import mark_number
 from pytest_fabricqa.targets.configfs import ConfigfsTarget
@@ -51,6 +51,11 @@ _FIELD = re.compile(r"^([A-Za-z][A-Za-z /_-]*): ?(.*)$")
 _LLD = re.compile(r"^(\w+): (\w+)$")
 
 TGT_ISER_PORT = 3260  # where tgtd listens for iSER; it cannot be moved (see _start_daemon)
+
+
+ACCOUNT_NEW = 'IFS= read -r secret; exec "$@" --password "$secret"'
+"""argv: the tgtadm command that makes a CHAP account, without its password, which comes on stdin: tgtadm takes it
+only as an argument, so it is in no command line of ours and in no failed command's message."""
 
 
 @dataclass
@@ -250,7 +255,37 @@ class TgtTarget(ConfigfsTarget):
                 f"cannot admit {initiator} to {plan.iqn}",
                 "--lld", lld, "--mode", "target", "--op", "bind", "--tid", str(tid), option, initiator,
             )  # fmt: skip
+        if plan.chap is not None:
+            self._make_chap(plan.chap, lld, tid, plan.iqn, undo)
         return plan.export(protocol, self.host.name)
+
+    def _delete_account(self, lld: str, user: str) -> None:
+        self._adm("--lld", lld, "--mode", "account", "--op", "delete", "--user", user, check=True)
+
+    def _make_chap(self, chap: IscsiChap, lld: str, tid: int, iqn: str, undo: UndoStack) -> None:
+        """tgtd's CHAP: an account per side, bound to the target (the target side ``--outgoing``: what tgtd answers
+        with for mutual CHAP). An account is tgtd's, not the target's, so each is removed with the fabric; one that
+        exists already is someone else's and refused. The secret goes on stdin (:data:`ACCOUNT_NEW`)."""
+        sides: list[tuple[ChapCredentials, tuple[str, ...]]] = [(chap.initiator, ())]
+        if chap.target is not None:
+            sides.append((chap.target, ("--outgoing",)))
+        for credentials, outgoing in sides:
+            user = credentials.user
+            argv = ["sh", "-c", ACCOUNT_NEW, "sh", *self.adm("--lld", lld, "--mode", "account", "--op", "new",
+                                                             "--user", user)]  # fmt: skip
+            made = self.host.run(argv, check=False, stdin=credentials.secret.reveal() + "\n")
+            if not made.ok:
+                raise self._fail(
+                    f"cannot make tgt's CHAP account {user} (its secret read from {credentials.secret.where}) "
+                    f"({command_tail(CommandError(made))})",
+                    "an account of that name that exists already is someone else's: give the lab another "
+                    "targets[].iscsi.chap user",
+                )
+            undo.push(f"delete tgt's CHAP account {user}", partial(self._delete_account, lld, user))
+            self._tgtadm(
+                f"cannot bind tgt's CHAP account {user} to {iqn}",
+                "--lld", lld, "--mode", "account", "--op", "bind", "--tid", str(tid), "--user", user, *outgoing,
+            )  # fmt: skip
 
     def _acl_binds(self, plan: ScsiPlan) -> list[tuple[str, str]]:
         """The ``tgtadm --op bind`` options that admit the lab's initiators: their names (or every initiator).
