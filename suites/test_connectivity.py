@@ -185,6 +185,37 @@ def test_an_initiator_no_access_list_names_is_refused(
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.parametrize("secret", ["wrong", "missing"])
+def test_a_login_with_a_wrong_or_missing_chap_secret_is_refused(
+    fabric: Fabric, lab: LabModel, lab_target: TargetModel, protocol: str, initiators: list[Host], secret: str
+) -> None:
+    """CHAP (``targets[].iscsi.chap``): the first initiator logs in under its own initiator name, which the target's
+    access list names, through an iface record of its own -- with the lab's CHAP name and a made-up secret
+    (``wrong``), or with no CHAP at all (``missing``). The target must reject the login as the access check does
+    (:func:`test_an_initiator_no_access_list_names_is_refused`); one it admits does not check CHAP, and the case
+    fails. The try leaves nothing behind, as that case's does; the made-up secret is never recorded."""
+    chap = lab_target.iscsi.chap if lab_target.iscsi is not None else None
+    if protocol_spec(protocol).family != "scsi" or chap is None:
+        pytest.skip(f"{protocol}-{fabric.target}: the lab sets no iSCSI CHAP for this target (targets[].iscsi.chap)")
+    host = next((h for h in initiators if fabric.devices_on(h.name)), None)
+    own = lab.hosts[host.name].initiator_iqn if host is not None else None
+    if host is None or own is None:
+        pytest.skip(f"{protocol}-{fabric.target}: no connected initiator with an initiator_iqn to log in as")
+    credentials = (chap.initiator.user, identity.made_up_secret()) if secret == "wrong" else None
+    label = f"its own initiator name {own} with a {secret} CHAP secret"
+    tried = identity.UnlistedIdentity(lab, host, lab_target.name_prefix, fabric.export, "scsi",
+                                      fabric.export.subsystems[0], own, chap=credentials, label=label,
+                                      listed=True)  # fmt: skip
+    undo = UndoStack()
+    try:
+        tried.arm(undo)
+        tried.fire()
+    finally:
+        failed_undo = undo.unwind()
+    problems = identity.attempt_problems(f"{lab_target.kind} ({fabric.target})", tried) + failed_undo
+    assert not problems, "\n".join(problems)
+
+
 @pytest.mark.fabricqa_last_in_pair
 def test_teardown_leaves_no_controller_session_or_target_object(
     fabric: Fabric, lab: LabModel, lab_hosts: dict[str, Host]

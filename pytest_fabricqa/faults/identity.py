@@ -69,15 +69,22 @@ done
 """
     + CLOCK
 )
-# argv: iface, initiator name, transport (tcp or iser), target IQN, portal. The iface record and its node record made
-# (a failure there is the try's, not the target's: "setup"), then the login; what iscsiadm said, its exit code, and
+# argv: iface, initiator name, transport (tcp or iser), target IQN, portal, CHAP name ("" for none; its secret then
+# comes on stdin, never in a command line). The iface record and its node record made, with CHAP when asked (a
+# failure there is the try's, not the target's: "setup"), then the login; what iscsiadm said, its exit code, and
 # how many sessions run through the iface.
 ISCSI_TRY = (
     STARTED
     + r"""i=$1
 if ! { iscsiadm -m iface -I "$i" -o new && iscsiadm -m iface -I "$i" -o update -n iface.transport_name -v "$3" &&
        iscsiadm -m iface -I "$i" -o update -n iface.initiatorname -v "$2" &&
-       iscsiadm -m node -T "$4" -p "$5" -I "$i" -o new; } > /dev/null 2> "/tmp/$i.err"; then
+       iscsiadm -m node -T "$4" -p "$5" -I "$i" -o new &&
+       if [ -n "$6" ]; then
+         IFS= read -r pw &&
+         iscsiadm -m node -T "$4" -p "$5" -I "$i" -o update -n node.session.auth.authmethod -v CHAP &&
+         iscsiadm -m node -T "$4" -p "$5" -I "$i" -o update -n node.session.auth.username -v "$6" &&
+         iscsiadm -m node -T "$4" -p "$5" -I "$i" -o update -n node.session.auth.password -v "$pw"
+       fi; } > /dev/null 2> "/tmp/$i.err"; then
   tail -n 2 "/tmp/$i.err" | sed 's/^/setup /'
 fi
 rm -f "/tmp/$i.err"
@@ -150,9 +157,17 @@ def made_up_identity(family: str) -> tuple[str, str]:
     return UNLISTED_IQN + secrets.token_hex(6), ""
 
 
+def made_up_secret() -> str:
+    """A CHAP secret made up for one try (16 hex characters: within every target's 12-16 minimum and open-iscsi's
+    limit), which no lab gives."""
+    return secrets.token_hex(8)
+
+
 class UnlistedIdentity(_RecordedFault):
     """One initiator tries ``identity`` against ``subsystem`` (an NQN or IQN of ``export``) at the export's first
     portal; :meth:`fire` makes the try, :attr:`attempt` holds what it saw, :meth:`restore` removes what it made.
+    With ``listed`` the identity is the host's own, which the access list names, and the try gives a wrong CHAP
+    secret (``chap``: name and secret) or none, which a target that checks CHAP must refuse all the same.
 
     Refused (before anything is tried) when the subsystem is not one the export serves: the try is made against the
     fabric this run connected, nothing else."""
@@ -169,6 +184,10 @@ class UnlistedIdentity(_RecordedFault):
         subsystem: str,
         identity: str,
         host_id: str = "",
+        *,
+        chap: tuple[str, str] | None = None,
+        label: str = "",
+        listed: bool = False,
     ) -> None:
         super().__init__(host, name_prefix)
         self.lab = lab.name
@@ -180,9 +199,12 @@ class UnlistedIdentity(_RecordedFault):
         self.iface = f"{name_prefix}_unlisted"
         self.portal = portal_name(export.address, export.port)
         what = "host NQN" if family == "nvme" else "initiator name"
-        self.name = f"{host.name} presenting the unlisted {what} {identity} to {subsystem} at {self.portal}"
+        self.chap = chap  # (name, secret) to log in with; the secret is never recorded
+        shown = label or f"the unlisted {what} {identity}"
+        self.name = f"{host.name} presenting {shown} to {subsystem} at {self.portal}"
         self.key = f"unlisted:{identity}"
         self.attempt: Attempt | None = None
+        self.identity_listed = listed  # the host's own, listed identity with a wrong or missing secret
 
     @classmethod
     def from_record(cls, lab: LabModel, host: Host, name_prefix: str, record: Mapping[str, Any]) -> Self:
@@ -228,8 +250,11 @@ class UnlistedIdentity(_RecordedFault):
                 ["sh", "-c", NVME_TRY, "sh", *argv, self.identity, self.host_id], check=False, timeout=120
             )
         else:
-            argv = [self.iface, self.identity, self.export.transport, self.subsystem, self.portal]
-            result = self.host.run(["sh", "-c", ISCSI_TRY, "sh", *argv], check=False, timeout=180)
+            user, secret = self.chap or ("", "")
+            argv = [self.iface, self.identity, self.export.transport, self.subsystem, self.portal, user]
+            result = self.host.run(
+                ["sh", "-c", ISCSI_TRY, "sh", *argv], check=False, timeout=180, stdin=secret + "\n" if user else None
+            )
         self.attempt = parse_attempt(result.stdout)
         return result
 
@@ -244,6 +269,11 @@ def admitted_problem(target: str, attempt: Attempt, fault: UnlistedIdentity) -> 
     host, which target and subsystem, and what the lab should look at."""
     if not attempt.admitted:
         return None
+    if fault.identity_listed:
+        return (
+            f"{fault.host.name}: target {target} admitted {fault.name.split(' presenting ', 1)[-1]}: it does not "
+            "check CHAP; set targets[].iscsi.chap so that the plugin provisions it, or switch CHAP on in the array"
+        )
     what = "host NQN" if fault.family == "nvme" else "initiator name"
     fix = (
         "set allow_any_host: false on its subsystems (only the initiators' host_nqn or allowed_hosts are admitted)"

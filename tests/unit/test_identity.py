@@ -176,3 +176,36 @@ def test_the_refusal_lines_excuse_only_the_refusal() -> None:
     assert all(any(p.search(line) for p in patterns) for line in seen)
     others = ["nvme nvme1: failed to connect queue: 0 ret=-110", "nvme nvme0: I/O 12 QID 1 timeout, reset controller"]
     assert not any(p.search(line) for p in patterns for line in others)
+
+
+def test_a_listed_name_with_a_wrong_secret_sends_it_on_stdin_and_never_records_it() -> None:
+    host = IdentityHost(REFUSED_LIO)
+    sent: list[tuple[tuple[str, ...], str | None]] = []
+    original = host.run
+
+    def run(argv, *, check=True, timeout=None, stdin=None):  # type: ignore[no-untyped-def]
+        sent.append((tuple(argv), stdin))
+        return original(argv, check=check, timeout=timeout, stdin=stdin)
+
+    host.run = run  # type: ignore[method-assign]
+    own = "iqn.2026-11.io.fabricqa:vnode1"
+    fault = identity.UnlistedIdentity(
+        lab(), host, "fabricqa", export("iscsi", "tcp", 3260, IQN), "scsi", IQN, own,
+        chap=("vnodes", "0123456789abcdef"), label=f"its own initiator name {own} with a wrong CHAP secret", listed=True,
+    )  # fmt: skip
+    assert tried(fault) == []
+    ((argv, stdin),) = [(a, s) for a, s in sent if a[:3] == ("sh", "-c", identity.ISCSI_TRY)]
+    assert argv[-1] == "vnodes" and stdin == "0123456789abcdef\n"
+    assert not [a for a, _ in sent if any("0123456789abcdef" in x for x in a)]
+    assert "0123456789abcdef" not in json.dumps(host.events)  # the record, as it was when the try ran
+
+
+def test_a_target_that_admits_a_wrong_secret_is_said_not_to_check_chap() -> None:
+    own = "iqn.2026-11.io.fabricqa:vnode1"
+    fault = identity.UnlistedIdentity(
+        lab(), IdentityHost("said Login successful.\nrc 0\nmade 1\n"), "fabricqa", export("iscsi", "tcp", 3260, IQN),
+        "scsi", IQN, own, label=f"its own initiator name {own} with a missing CHAP secret", listed=True,
+    )  # fmt: skip
+    (problem,) = tried(fault)
+    assert "admitted its own initiator name" in problem and "missing CHAP secret" in problem
+    assert "does not check CHAP" in problem
