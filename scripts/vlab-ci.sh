@@ -15,7 +15,8 @@ stamp() { echo "== $1 at $((SECONDS - start)) s"; }
 # full: every (protocol, target) pair of labs/vlab.yaml through every suite, and every virtual-lab test.
 # gate: every part at least once, chosen by name (no rotation, no random subset):
 #   - every pair: its prerequisites, provisioned and connected, its whole connectivity suite (discovery, devices,
-#     WWIDs, path settings, a read-only fio pass, the teardown leaving nothing), two fio points (8k randread and
+#     WWIDs, path settings, a read-only fio pass, an identity no access list names refused, the teardown leaving
+#     nothing), two fio points (8k randread and
 #     randwrite, the second behind the data-safety guard) and one verified write read back on the other initiator;
 #   - the verify proving it fires: a block corrupted on the target between write and verify (nvme-tcp on nvmet);
 #   - reservations: a cluster's fencing with preempt-and-abort under the victim's writes, per family (SCSI-3 PR on
@@ -26,6 +27,8 @@ stamp() { echo "== $1 at $((SECONDS - start)) s"; }
 #   - the guarantees: a run killed mid-provisioning cleaned by the next (an NVMe target, a SCSI initiator on LIO),
 #     someone else's nvmet and LIO objects never touched, SIGINT undoing itself, an ASM header refused, and a
 #     second lab's SPDK fabric made, torn down and killed beside the first lab's live nvmet fabric;
+#   - iSCSI CHAP, mutual, on LIO, SCST and tgt: connected with it, a wrong and a missing secret refused, no secret
+#     in any artifact (NVMe's DH-HMAC-CHAP is not in Debian 12's kernel: see README);
 #   - the regression-gated re-run under xdist, on the same two points.
 # The full run is what the README asks before resolving a change to targets, initiators, faults, integrity, the
 # virtual lab or the suites.
@@ -49,6 +52,7 @@ case "$scope" in
       "tests/vlab/test_two_labs_vlab.py::test_two_labs_on_one_storage_host_leave_each_other_alone[spdk]"
       "tests/vlab/test_two_labs_vlab.py::test_a_second_lab_that_would_drive_the_same_kind_on_the_host_is_refused_in_one_line"
       "tests/vlab/test_reservations_vlab.py::test_a_run_killed_holding_a_reservation_is_swept_at_the_next_start_and_a_foreign_key_stays[iscsi-lio]"
+      "tests/vlab/test_chap_vlab.py::test_chap_connects_refuses_a_wrong_or_missing_secret_and_shows_no_secret_on_lio_scst_and_tgt[mutual]"
     )
     ;;
   full)
