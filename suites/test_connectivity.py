@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from pytest_fabricqa.core.protocols import protocol as protocol_spec
-from pytest_fabricqa.core.undo import UndoStack
 from pytest_fabricqa.fabric.provision import Fabric, FabricDevice, leftovers
 from pytest_fabricqa.faults import identity
 from pytest_fabricqa.fio.parse import FioOutputError, parse_fio_output
@@ -175,13 +174,7 @@ def test_an_initiator_no_access_list_names_is_refused(
     subsystem = fabric.export.subsystems[0]
     tried = identity.UnlistedIdentity(lab, host, lab_target.name_prefix, fabric.export, family, subsystem, made_up,
                                       host_id)  # fmt: skip
-    undo = UndoStack()
-    try:
-        tried.arm(undo)
-        tried.fire()
-    finally:
-        failed_undo = undo.unwind()
-    problems = identity.attempt_problems(f"{lab_target.kind} ({fabric.target})", tried) + failed_undo
+    problems = identity.try_it(tried, f"{lab_target.kind} ({fabric.target})")
     assert not problems, "\n".join(problems)
 
 
@@ -206,13 +199,7 @@ def test_a_login_with_a_wrong_or_missing_chap_secret_is_refused(
     tried = identity.UnlistedIdentity(lab, host, lab_target.name_prefix, fabric.export, "scsi",
                                       fabric.export.subsystems[0], own, chap=credentials, label=label,
                                       listed=True)  # fmt: skip
-    undo = UndoStack()
-    try:
-        tried.arm(undo)
-        tried.fire()
-    finally:
-        failed_undo = undo.unwind()
-    problems = identity.attempt_problems(f"{lab_target.kind} ({fabric.target})", tried) + failed_undo
+    problems = identity.try_it(tried, f"{lab_target.kind} ({fabric.target})")
     assert not problems, "\n".join(problems)
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Self
 
 from pytest_fabricqa.core.export import Export, portal_name
+from pytest_fabricqa.core.undo import UndoStack
 from pytest_fabricqa.faults.inject import CLOCK, STARTED, _RecordedFault
 from pytest_fabricqa.lab.model import LabModel
 from pytest_fabricqa.transport.base import CommandResult, Host
@@ -312,6 +313,19 @@ def refused_because(family: str, attempt: Attempt) -> str | None:
         return None
     reason = ISCSI_REFUSED.get(attempt.exit_code) if attempt.exit_code is not None else None
     return None if reason is None or attempt.setup else f"the login was rejected ({reason})"
+
+
+def try_it(fault: UnlistedIdentity, target: str) -> list[str]:
+    """Make the try (recorded first) and undo what it made; everything wrong with it (:func:`attempt_problems`) and
+    every undo step that failed, one sentence each. A try refused before it is made raises
+    :class:`~pytest_fabricqa.faults.inject.FaultRefused`."""
+    undo = UndoStack()
+    try:
+        fault.arm(undo)
+        fault.fire()
+    finally:
+        failed = undo.unwind()
+    return attempt_problems(target, fault) + failed
 
 
 def attempt_problems(target: str, fault: UnlistedIdentity) -> list[str]:
