@@ -201,8 +201,8 @@ class UnlistedIdentity(_RecordedFault):
         self.portal = portal_name(export.address, export.port)
         what = "host NQN" if family == "nvme" else "initiator name"
         self.chap = chap  # (name, secret) to log in with; the secret is never recorded
-        shown = label or f"the unlisted {what} {identity}"
-        self.name = f"{host.name} presenting {shown} to {subsystem} at {self.portal}"
+        self.shown = label or f"the unlisted {what} {identity}"  # what is presented, for messages
+        self.name = f"{host.name} presenting {self.shown} to {subsystem} at {self.portal}"
         self.key = f"unlisted:{identity}"
         self.attempt: Attempt | None = None
         self.identity_listed = listed  # the host's own, listed identity with a wrong or missing secret
@@ -272,7 +272,7 @@ def admitted_problem(target: str, attempt: Attempt, fault: UnlistedIdentity) -> 
         return None
     if fault.identity_listed:
         return (
-            f"{fault.host.name}: target {target} admitted {fault.name.split(' presenting ', 1)[-1]}: it does not "
+            f"{fault.host.name}: target {target} admitted {fault.shown} to {fault.subsystem} at {fault.portal}: it does not "
             "check CHAP; set targets[].iscsi.chap so that the plugin provisions it, or switch CHAP on in the array"
         )
     what = "host NQN" if fault.family == "nvme" else "initiator name"
